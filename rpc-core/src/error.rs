@@ -1,0 +1,66 @@
+//! The crate's error type. Call outcomes are [`crate::Status`]; [`Error`] is for everything
+//! that is not the result of a call: connection set-up, transports, protocol violations.
+
+/// Errors of connection set-up, transports and the wire protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system I/O error.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A frame shorter than its header or than its declared payload.
+    #[error("truncated frame: {len} bytes, at least {needed} needed")]
+    TruncatedFrame {
+        /// Bytes received.
+        len: usize,
+        /// Bytes the frame needs.
+        needed: usize,
+    },
+    /// A frame that does not start with the protocol's magic bytes.
+    #[error("bad magic bytes {0:02x?}: the peer does not speak this protocol")]
+    BadMagic([u8; 2]),
+    /// A frame of a protocol version this build does not speak.
+    #[error("unsupported protocol version {0}")]
+    UnsupportedVersion(u8),
+    /// A frame kind this build does not know.
+    #[error("unknown frame kind {0}")]
+    UnknownFrameKind(u8),
+    /// A frame that breaks a rule of `docs/PROTOCOL.md`.
+    #[error("malformed frame: {0}")]
+    MalformedFrame(&'static str),
+    /// The peer broke the protocol's sequencing or flow-control rules.
+    #[error("protocol violation: {0}")]
+    ProtocolViolation(String),
+    /// A frame larger than the receive slot it was meant for.
+    #[error("frame of {len} bytes exceeds the slot size of {slot_size} bytes")]
+    FrameTooLarge {
+        /// Frame length.
+        len: usize,
+        /// Slot size.
+        slot_size: usize,
+    },
+    /// The requested transport cannot be used here.
+    #[error("transport `{transport}` is unavailable: {reason}")]
+    TransportUnavailable {
+        /// Transport name (`tcp`, `verbs`).
+        transport: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An address that could not be parsed or resolved.
+    #[error("invalid address `{0}`")]
+    InvalidAddress(String),
+    /// An invalid configuration value.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The connection is closed.
+    #[error("connection closed: {0}")]
+    ConnectionClosed(String),
+    /// A verbs (libibverbs / librdmacm) call failed.
+    #[error("verbs: {call} failed: {reason}")]
+    Verbs {
+        /// The verbs call that failed.
+        call: &'static str,
+        /// The failure, with the OS or verbs status string.
+        reason: String,
+    },
+}

@@ -1,0 +1,199 @@
+//! Transports, shaped like verbs rather than sockets: every connection ("link") has a ring of
+//! registered receive slots that the transport fills and hands up as completions, and a ring of
+//! send slots that the runtime encodes frames into and posts. One [`CompletionQueue`] per
+//! endpoint gathers the completions of all its links, and one poller thread drains it.
+//!
+//! Credit accounting sits on top: a receive slot goes back to the transport (is re-posted) when
+//! its [`RecvBuf`] is dropped, and [`Link::take_reposted`] tells the runtime how many credits it
+//! may return to the peer. A transport never needs to buffer beyond its posted slots: a peer that
+//! sends without a free slot has broken the protocol and is disconnected.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::protocol::frame::Hello;
+use crate::Error;
+
+pub mod heap;
+pub mod memory;
+pub mod tcp;
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
+/// Identifies a link within its endpoint.
+pub type LinkId = u64;
+
+/// One connected peer: a reliable, message-preserving, in-order channel of frames.
+pub trait Link: Send + Sync + 'static {
+    /// This link's id within its endpoint (the `link` of its completions).
+    fn id(&self) -> LinkId;
+    /// A free send slot of [`Link::send_slot_size`] bytes, or `None` when all are in flight.
+    fn alloc_send(&self) -> Option<SendBuf>;
+    /// Size of each send slot (the largest frame this side can post).
+    fn send_slot_size(&self) -> usize;
+    /// Posts the first `len` bytes of `buf` as one frame. The slot returns to the free pool
+    /// once the transport is done with it (for verbs: at the send completion).
+    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error>;
+    /// Receive slots re-posted since the last call: the credits owed to the peer.
+    fn take_reposted(&self) -> u32;
+    /// Parameters this side announced in its HELLO.
+    fn local_hello(&self) -> Hello;
+    /// Parameters the peer announced in its HELLO.
+    fn peer_hello(&self) -> Hello;
+    /// A printable name of the peer (address).
+    fn peer_name(&self) -> String;
+    /// Tears the link down: outstanding receives are flushed and a [`Completion::Closed`]
+    /// follows on the completion queue. Idempotent.
+    fn close(&self);
+}
+
+/// What a [`CompletionQueue`] reports.
+pub enum Completion {
+    /// A frame arrived in a receive slot. Dropping the buffer re-posts the slot.
+    Recv {
+        /// Link it arrived on.
+        link: LinkId,
+        /// The frame.
+        buf: RecvBuf,
+    },
+    /// Send slots were freed (a signalled send completed); queued frames may proceed.
+    SendDone {
+        /// Link the sends were on.
+        link: LinkId,
+    },
+    /// The link failed or was closed; no further completions follow for it.
+    Closed {
+        /// The link.
+        link: LinkId,
+        /// Why (verbs status string, I/O error, peer disconnect).
+        reason: String,
+    },
+}
+
+/// The per-endpoint completion queue that the poller thread drains.
+pub trait CompletionQueue: Send + Sync + 'static {
+    /// Appends the completions available now (at most `max`) to `out` without blocking;
+    /// returns how many were appended.
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize;
+    /// Sleeps until a completion may be available, [`CompletionQueue::wake`] is called, or
+    /// `timeout` passes. Implementations arm their notification first and poll once more to
+    /// close the race, so a completion that arrives while arming is never missed.
+    fn wait(&self, timeout: Option<Duration>);
+    /// Wakes a thread sleeping in [`CompletionQueue::wait`].
+    fn wake(&self);
+}
+
+/// A received frame sitting in its receive slot; dereferences to the frame bytes. Dropping it
+/// re-posts the slot to the transport.
+pub struct RecvBuf {
+    pub(crate) inner: RecvInner,
+    pub(crate) len: usize,
+}
+
+pub(crate) enum RecvInner {
+    Heap(heap::HeapRecv),
+    #[cfg(feature = "verbs")]
+    Verbs(verbs::VerbsRecv),
+}
+
+impl std::ops::Deref for RecvBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.inner {
+            RecvInner::Heap(h) => &h.bytes()[..self.len],
+            #[cfg(feature = "verbs")]
+            RecvInner::Verbs(v) => &v.bytes()[..self.len],
+        }
+    }
+}
+
+/// A free send slot; dereferences to the whole slot for encoding a frame into it.
+pub struct SendBuf {
+    pub(crate) inner: SendInner,
+}
+
+pub(crate) enum SendInner {
+    Heap(Vec<u8>),
+    #[cfg(feature = "verbs")]
+    Verbs(verbs::VerbsSend),
+}
+
+impl std::ops::Deref for SendBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.inner {
+            SendInner::Heap(v) => v,
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v) => v.bytes(),
+        }
+    }
+}
+
+impl std::ops::DerefMut for SendBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.inner {
+            SendInner::Heap(v) => v,
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(v) => v.bytes_mut(),
+        }
+    }
+}
+
+/// Accepts incoming links for a server endpoint.
+pub trait Acceptor: Send + 'static {
+    /// Blocks until a peer connects and its handshake completed, or the acceptor is shut down
+    /// (`Ok(None)`). Errors of one failed handshake are returned and do not stop the acceptor.
+    fn accept(&mut self) -> Result<Option<Arc<dyn Link>>, Error>;
+    /// The bound local address (`ip:port`).
+    fn local_addr(&self) -> String;
+}
+
+/// Slot ring sizes and the message limit, announced to the peer in the HELLO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Receive slots posted per connection (also: send slots per connection).
+    pub slot_count: u32,
+    /// Bytes per slot (frame header included).
+    pub slot_size: u32,
+    /// Largest message accepted.
+    pub max_message_size: u32,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            slot_count: 64,
+            slot_size: 8192,
+            max_message_size: 4 << 20,
+        }
+    }
+}
+
+impl RingConfig {
+    /// The HELLO announcing this configuration.
+    pub fn hello(&self) -> Hello {
+        Hello {
+            slot_count: self.slot_count,
+            slot_size: self.slot_size,
+            max_message_size: self.max_message_size,
+        }
+    }
+
+    /// Checks the values against the protocol's limits.
+    pub fn validate(&self) -> Result<(), Error> {
+        use crate::protocol::frame::*;
+        if !(MIN_SLOT_COUNT..=MAX_SLOT_COUNT).contains(&self.slot_count) {
+            return Err(Error::InvalidConfig(format!(
+                "slot_count {} is outside {MIN_SLOT_COUNT}..={MAX_SLOT_COUNT}",
+                self.slot_count
+            )));
+        }
+        if !(MIN_SLOT_SIZE..=MAX_SLOT_SIZE).contains(&self.slot_size) {
+            return Err(Error::InvalidConfig(format!(
+                "slot_size {} is outside {MIN_SLOT_SIZE}..={MAX_SLOT_SIZE}",
+                self.slot_size
+            )));
+        }
+        Ok(())
+    }
+}
