@@ -136,8 +136,12 @@ mod tests {
             method_id("/calc.Calculator/Add"),
             method_id("/calc.Calculator/Subtract")
         );
-        const ADD: MethodDescriptor =
-            MethodDescriptor::new("calc.Calculator", "Add", "/calc.Calculator/Add", MethodKind::Unary);
+        const ADD: MethodDescriptor = MethodDescriptor::new(
+            "calc.Calculator",
+            "Add",
+            "/calc.Calculator/Add",
+            MethodKind::Unary,
+        );
         assert_eq!(ADD.id, method_id("/calc.Calculator/Add"));
     }
 }

@@ -1,5 +1,6 @@
 //! [`Request`]: a message plus call metadata (timeout, peer), as handlers and callers see it.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A request message with its call metadata. Clients build one to set a per-call timeout
@@ -10,7 +11,7 @@ pub struct Request<T> {
     message: T,
     timeout: Option<Duration>,
     deadline: Option<Instant>,
-    peer: Option<String>,
+    peer: Option<Arc<str>>,
 }
 
 impl<T> Request<T> {
@@ -65,7 +66,7 @@ impl<T> Request<T> {
         self.message
     }
 
-    pub(crate) fn from_incoming(message: T, deadline: Option<Instant>, peer: String) -> Self {
+    pub(crate) fn from_incoming(message: T, deadline: Option<Instant>, peer: Arc<str>) -> Self {
         Request {
             message,
             timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),

@@ -270,11 +270,17 @@ mod tests {
         ));
         let mut bad = buf;
         bad[4] = 1;
-        assert!(matches!(Header::decode(&bad), Err(Error::MalformedFrame(_))));
+        assert!(matches!(
+            Header::decode(&bad),
+            Err(Error::MalformedFrame(_))
+        ));
         let mut h = sample();
         h.segment_len = 77; // 24 + 77 > 100
         h.encode(&mut bad);
-        assert!(matches!(Header::decode(&bad), Err(Error::MalformedFrame(_))));
+        assert!(matches!(
+            Header::decode(&bad),
+            Err(Error::MalformedFrame(_))
+        ));
     }
 
     #[test]

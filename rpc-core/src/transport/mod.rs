@@ -141,9 +141,9 @@ impl std::ops::DerefMut for SendBuf {
 
 /// Accepts incoming links for a server endpoint.
 pub trait Acceptor: Send + 'static {
-    /// Blocks until a peer connects and its handshake completed, or the acceptor is shut down
-    /// (`Ok(None)`). Errors of one failed handshake are returned and do not stop the acceptor.
-    fn accept(&mut self) -> Result<Option<Arc<dyn Link>>, Error>;
+    /// Waits up to `timeout` for a peer to connect and complete its handshake; `Ok(None)` if
+    /// none did. Errors of one failed handshake are returned and do not stop the acceptor.
+    fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error>;
     /// The bound local address (`ip:port`).
     fn local_addr(&self) -> String;
 }

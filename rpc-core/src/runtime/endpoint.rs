@@ -1,0 +1,222 @@
+//! An endpoint: the links of one client or server, their shared completion queue, and the
+//! poller thread that drains it.
+//!
+//! Poller policy: busy-poll while completions come; once the queue has been empty for
+//! `idle_spin`, sleep in [`CompletionQueue::wait`] (which arms the notification and polls once
+//! more before sleeping), so an idle endpoint costs no CPU. Sleeping is bounded by the next
+//! call deadline, so futures time out without a timer thread.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+
+use super::conn::{Conn, Payload};
+use super::Counters;
+use crate::protocol::Event;
+use crate::transport::{Completion, CompletionQueue, Link, LinkId};
+use crate::Status;
+
+/// How an endpoint hands requests to its services (servers) or refuses them (clients).
+pub(crate) trait Dispatch: Send + Sync + 'static {
+    fn request(
+        &self,
+        conn: &Arc<Conn>,
+        id: u64,
+        method_id: u32,
+        deadline: Option<Instant>,
+        payload: Payload,
+    );
+}
+
+/// Refuses every request: clients do not serve.
+pub(crate) struct NoService;
+
+impl Dispatch for NoService {
+    fn request(&self, conn: &Arc<Conn>, id: u64, _: u32, _: Option<Instant>, payload: Payload) {
+        drop(payload);
+        conn.send_status(
+            id,
+            &Status::unimplemented("this endpoint serves no methods"),
+        );
+    }
+}
+
+/// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
+const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// How often outstanding calls are checked against their deadlines.
+const DEADLINE_TICK: Duration = Duration::from_millis(1);
+
+pub(crate) struct Endpoint {
+    cq: Arc<dyn CompletionQueue>,
+    links: RwLock<HashMap<LinkId, Arc<Conn>>>,
+    dispatch: Arc<dyn Dispatch>,
+    pub(crate) counters: Arc<Counters>,
+    stop: AtomicBool,
+    idle_spin: Duration,
+}
+
+impl Endpoint {
+    /// Creates the endpoint and starts its poller thread.
+    pub(crate) fn start(
+        cq: Arc<dyn CompletionQueue>,
+        dispatch: Arc<dyn Dispatch>,
+        counters: Arc<Counters>,
+        idle_spin: Duration,
+        name: &str,
+    ) -> Result<(Arc<Endpoint>, JoinHandle<()>), crate::Error> {
+        let ep = Arc::new(Endpoint {
+            cq,
+            links: RwLock::new(HashMap::new()),
+            dispatch,
+            counters,
+            stop: AtomicBool::new(false),
+            idle_spin,
+        });
+        let runner = Arc::clone(&ep);
+        let handle = std::thread::Builder::new()
+            .name(format!("rpc-poller-{name}"))
+            .spawn(move || runner.run())?;
+        Ok((ep, handle))
+    }
+
+    pub(crate) fn add_link(&self, link: Arc<dyn Link>) -> Arc<Conn> {
+        let conn = Conn::new(link, Arc::clone(&self.counters));
+        self.links.write().insert(conn.link.id(), Arc::clone(&conn));
+        // Completions may have arrived before the link was registered.
+        self.cq.wake();
+        conn
+    }
+
+    pub(crate) fn conns(&self) -> Vec<Arc<Conn>> {
+        self.links.read().values().cloned().collect()
+    }
+
+    /// Tears a connection down and fails its calls.
+    pub(crate) fn close_conn(&self, conn: &Arc<Conn>, reason: &str) {
+        self.links.write().remove(&conn.link.id());
+        conn.mark_closed();
+        conn.fail_calls(reason);
+    }
+
+    /// Stops the poller (after the current batch).
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.cq.wake();
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut batch = Vec::with_capacity(32);
+        let mut last_work = Instant::now();
+        let mut next_tick = last_work + DEADLINE_TICK;
+        let mut expired = Vec::new();
+        while !self.stop.load(Ordering::Acquire) {
+            let n = self.cq.poll(&mut batch, 32);
+            for c in batch.drain(..) {
+                self.handle(c);
+            }
+            let now = Instant::now();
+            let mut next_deadline = None;
+            if now >= next_tick {
+                next_deadline = self.expire(now, &mut expired);
+                next_tick = now + DEADLINE_TICK;
+            }
+            if n > 0 {
+                last_work = now;
+                continue;
+            }
+            if now.duration_since(last_work) < self.idle_spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            let sleep = next_deadline
+                .map(|d| d.saturating_duration_since(now).max(DEADLINE_TICK))
+                .unwrap_or(MAX_SLEEP)
+                .min(MAX_SLEEP);
+            self.cq.wait(Some(sleep));
+        }
+    }
+
+    /// Fails calls past their deadline; returns the earliest remaining deadline.
+    fn expire(
+        &self,
+        now: Instant,
+        expired: &mut Vec<(u64, Arc<super::client::CallCell>)>,
+    ) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        for conn in self.links.read().values() {
+            let mut core = conn.core.lock();
+            if core.outstanding_calls() == 0 {
+                continue;
+            }
+            core.expire_calls(now, expired);
+            if let Some(d) = core.next_deadline() {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+            }
+        }
+        for (_, cell) in expired.drain(..) {
+            cell.complete(Err(Status::deadline_exceeded("the call's deadline passed")));
+        }
+        earliest
+    }
+
+    fn handle(&self, completion: Completion) {
+        match completion {
+            Completion::Recv { link, buf } => {
+                let Some(conn) = self.links.read().get(&link).cloned() else {
+                    return; // a frame of a link already torn down
+                };
+                self.counters.received(buf.len());
+                let event = conn.lock().on_frame(&buf, Instant::now());
+                match event {
+                    Err(e) => {
+                        tracing::warn!(peer = %conn.peer, error = %e, "protocol violation; disconnecting the peer");
+                        drop(buf);
+                        self.close_conn(&conn, &e.to_string());
+                        return;
+                    }
+                    Ok(Event::None) => drop(buf),
+                    Ok(Event::Goodbye) => {
+                        tracing::debug!(peer = %conn.peer, "peer said goodbye");
+                        drop(buf);
+                    }
+                    Ok(Event::Request {
+                        id,
+                        method_id,
+                        deadline,
+                        body,
+                    }) => {
+                        let payload = Payload::new(body, buf, &conn);
+                        self.dispatch
+                            .request(&conn, id, method_id, deadline, payload);
+                    }
+                    Ok(Event::Reject { id, status }) => {
+                        drop(buf);
+                        tracing::debug!(peer = %conn.peer, %status, "request refused");
+                        conn.send_status(id, &status);
+                    }
+                    Ok(Event::Response { waiter, result, .. }) => {
+                        waiter.complete(result.map(|body| Payload::new(body, buf, &conn)));
+                    }
+                }
+                conn.credits_freed();
+            }
+            Completion::SendDone { link } => {
+                if let Some(conn) = self.links.read().get(&link).cloned() {
+                    conn.credits_freed();
+                }
+            }
+            Completion::Closed { link, reason } => {
+                let conn = self.links.write().remove(&link);
+                if let Some(conn) = conn {
+                    tracing::info!(peer = %conn.peer, %reason, "connection closed");
+                    conn.mark_closed();
+                    conn.fail_calls(&reason);
+                }
+            }
+        }
+    }
+}

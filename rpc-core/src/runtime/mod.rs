@@ -1,0 +1,57 @@
+//! The runtime: one poller thread per endpoint drains the completion queue and drives each
+//! link's protocol core; requests go to handlers (inline or on the worker pool), responses to
+//! the waiting calls.
+
+pub mod client;
+pub(crate) mod conn;
+pub(crate) mod endpoint;
+pub(crate) mod pool;
+pub mod server;
+pub(crate) mod transport_select;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of an endpoint (client or server).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    calls: AtomicU64,
+    errors: AtomicU64,
+    bytes_sent: AtomicU64,
+    bytes_received: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn call(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn sent(&self, n: usize) {
+        self.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn received(&self, n: usize) {
+        self.bytes_received.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
+            calls: self.calls.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
+            bytes_received: self.bytes_received.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A snapshot of an endpoint's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Calls made (client) or served (server).
+    pub calls: u64,
+    /// Calls that ended with a status other than OK.
+    pub errors: u64,
+    /// Frame bytes posted, headers included.
+    pub bytes_sent: u64,
+    /// Frame bytes received, headers included.
+    pub bytes_received: u64,
+}

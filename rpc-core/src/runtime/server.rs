@@ -1,0 +1,421 @@
+//! [`Server`]: several services behind one address. Requests are routed by method id;
+//! handlers run inline on the poller or on the worker pool (per service or per method).
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::conn::{Conn, Payload};
+use super::endpoint::{Dispatch, Endpoint};
+use super::pool::WorkerPool;
+use super::transport_select::server_transport;
+use super::{Counters, Stats};
+use crate::codegen::{MethodDescriptor, Service};
+use crate::protocol::MessageHead;
+use crate::transport::{Acceptor, RingConfig};
+use crate::{Code, Error, Request, Status, TransportKind};
+
+/// Where a method's handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Execution {
+    /// On the poller thread: lowest latency, for handlers that return in microseconds and
+    /// never block.
+    Inline,
+    /// On the worker pool (default): a slow handler does not stall the poller.
+    WorkerPool,
+}
+
+struct Route {
+    service: Arc<dyn Service>,
+    index: usize,
+    method: &'static MethodDescriptor,
+    execution: Execution,
+}
+
+/// Configures a [`Server`]: its services, where their handlers run, its ring sizes.
+pub struct ServerBuilder {
+    ring: RingConfig,
+    workers: usize,
+    idle_spin: Duration,
+    services: Vec<(Arc<dyn Service>, Execution)>,
+    method_execution: HashMap<String, Execution>,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        ServerBuilder {
+            ring: RingConfig::default(),
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            idle_spin: Duration::from_micros(100),
+            services: Vec::new(),
+            method_execution: HashMap::new(),
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// Receive ring per connection and the largest request accepted.
+    pub fn ring(mut self, ring: RingConfig) -> Self {
+        self.ring = ring;
+        self
+    }
+
+    /// Number of handler worker threads (default: the number of CPUs).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// How long the poller busy-polls after the last completion before it sleeps.
+    pub fn idle_spin(mut self, idle_spin: Duration) -> Self {
+        self.idle_spin = idle_spin;
+        self
+    }
+
+    /// Adds a service whose handlers run on the worker pool.
+    pub fn add_service(self, service: impl Service) -> Self {
+        self.add_service_with(service, Execution::WorkerPool)
+    }
+
+    /// Adds a service whose handlers run as `execution` says.
+    pub fn add_service_with(mut self, service: impl Service, execution: Execution) -> Self {
+        self.services.push((Arc::new(service), execution));
+        self
+    }
+
+    /// Overrides where one method's handler runs; `path` is `/package.Service/Method`.
+    pub fn method_execution(mut self, path: &str, execution: Execution) -> Self {
+        self.method_execution.insert(path.to_string(), execution);
+        self
+    }
+
+    fn routes(&self) -> Result<HashMap<u32, Route>, Error> {
+        let mut routes: HashMap<u32, Route> = HashMap::new();
+        for (service, execution) in &self.services {
+            let desc = service.descriptor();
+            for (index, method) in desc.methods.iter().enumerate() {
+                if let Some(existing) = routes.get(&method.id) {
+                    return Err(Error::InvalidConfig(
+                        if existing.method.path == method.path {
+                            format!("{} is served twice", method.path)
+                        } else {
+                            format!(
+                                "method ids of {} and {} collide; rename one",
+                                existing.method.path, method.path
+                            )
+                        },
+                    ));
+                }
+                let execution = self
+                    .method_execution
+                    .get(method.path)
+                    .copied()
+                    .unwrap_or(*execution);
+                routes.insert(
+                    method.id,
+                    Route {
+                        service: Arc::clone(service),
+                        index,
+                        method,
+                        execution,
+                    },
+                );
+            }
+        }
+        for path in self.method_execution.keys() {
+            if !routes.values().any(|r| r.method.path == path) {
+                return Err(Error::InvalidConfig(format!(
+                    "method_execution names {path}, which no added service has"
+                )));
+            }
+        }
+        Ok(routes)
+    }
+
+    /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool.
+    pub fn serve(self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
+        self.ring.validate()?;
+        let routes = self.routes()?;
+        let (cq, acceptor, transport_name) = server_transport(addr, transport, self.ring)?;
+        let counters = Arc::new(Counters::default());
+        let shared = Arc::new(Shared {
+            routes,
+            pool: Mutex::new(WorkerPool::new(self.workers)?),
+            counters: Arc::clone(&counters),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        });
+        let (endpoint, poller) = Endpoint::start(
+            cq,
+            Arc::clone(&shared) as Arc<dyn Dispatch>,
+            counters,
+            self.idle_spin,
+            "server",
+        )?;
+        let local_addr = acceptor.local_addr();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptor_thread = {
+            let (endpoint, stop) = (Arc::clone(&endpoint), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("rpc-acceptor".to_string())
+                .spawn(move || accept_loop(acceptor, endpoint, stop))?
+        };
+        tracing::info!(addr = %local_addr, transport = transport_name, "serving");
+        Ok(Server {
+            endpoint,
+            shared,
+            stop,
+            threads: Some((acceptor_thread, poller)),
+            local_addr,
+            transport_name,
+        })
+    }
+}
+
+fn accept_loop(mut acceptor: Box<dyn Acceptor>, endpoint: Arc<Endpoint>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Acquire) {
+        match acceptor.accept(Duration::from_millis(50)) {
+            Ok(Some(link)) => {
+                tracing::debug!(peer = %link.peer_name(), "accepted");
+                endpoint.add_link(link);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "a connection attempt failed"),
+        }
+    }
+}
+
+/// What the poller and the handlers share.
+struct Shared {
+    routes: HashMap<u32, Route>,
+    pool: Mutex<WorkerPool>,
+    counters: Arc<Counters>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Dispatch for Shared {
+    fn request(
+        self: &Shared,
+        conn: &Arc<Conn>,
+        id: u64,
+        method_id: u32,
+        deadline: Option<Instant>,
+        payload: Payload,
+    ) {
+        self.counters.call();
+        let Some(route) = self.routes.get(&method_id) else {
+            drop(payload);
+            self.counters.error();
+            conn.send_status(
+                id,
+                &Status::unimplemented(format!(
+                    "no service on this server has a method with id {method_id:#010x}"
+                )),
+            );
+            return;
+        };
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            drop(payload);
+            self.counters.error();
+            conn.send_status(
+                id,
+                &Status::deadline_exceeded("deadline passed before the handler ran"),
+            );
+            return;
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let request = IncomingRequest {
+            payload,
+            method: route.method,
+            deadline,
+            peer: Arc::clone(&conn.peer),
+        };
+        let reply = ReplySink {
+            conn: Arc::clone(conn),
+            id,
+            method: route.method,
+            counters: Arc::clone(&self.counters),
+            in_flight: Arc::clone(&self.in_flight),
+            done: false,
+        };
+        match route.execution {
+            Execution::Inline => run_handler(&*route.service, route.index, request, reply),
+            Execution::WorkerPool => {
+                let (service, index) = (Arc::clone(&route.service), route.index);
+                self.pool.lock().execute(Box::new(move || {
+                    run_handler(&*service, index, request, reply)
+                }));
+            }
+        }
+    }
+}
+
+fn run_handler(service: &dyn Service, index: usize, request: IncomingRequest, reply: ReplySink) {
+    let path = request.method.path;
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(method = path, panic = %what, "handler panicked; answered INTERNAL");
+    }
+}
+
+/// A request as a service's `call` receives it: the undecoded message, still in its receive
+/// slot, and the call's metadata.
+pub struct IncomingRequest {
+    payload: Payload,
+    method: &'static MethodDescriptor,
+    deadline: Option<Instant>,
+    peer: Arc<str>,
+}
+
+impl IncomingRequest {
+    /// The method being called.
+    pub fn method(&self) -> &'static MethodDescriptor {
+        self.method
+    }
+
+    /// Decodes the message in place and releases the receive slot. An undecodable message
+    /// gives INVALID_ARGUMENT.
+    pub fn decode<M: prost::Message + Default>(self) -> Result<Request<M>, Status> {
+        let message = M::decode(&*self.payload).map_err(|e| {
+            Status::invalid_argument(format!(
+                "{}: could not decode the request: {e}",
+                self.method.path
+            ))
+        })?;
+        drop(self.payload);
+        Ok(Request::from_incoming(message, self.deadline, self.peer))
+    }
+}
+
+/// Sends a call's answer. Exactly one of [`ReplySink::send`] or [`ReplySink::fail`] should be
+/// called; a sink dropped without either (a handler that panicked) answers INTERNAL.
+pub struct ReplySink {
+    conn: Arc<Conn>,
+    id: u64,
+    method: &'static MethodDescriptor,
+    counters: Arc<Counters>,
+    in_flight: Arc<AtomicUsize>,
+    done: bool,
+}
+
+impl ReplySink {
+    /// Answers with a reply message (RESOURCE_EXHAUSTED instead if the caller would not
+    /// accept its size).
+    pub fn send<M: prost::Message>(mut self, message: &M) {
+        self.done = true;
+        let limit = self.conn.core.lock().peer().max_message_size as usize;
+        let len = message.encoded_len();
+        if len > limit {
+            self.fail_inner(Status::resource_exhausted(format!(
+                "{}: response of {len} bytes exceeds the client's limit of {limit} bytes",
+                self.method.path
+            )));
+            return;
+        }
+        let _ = self
+            .conn
+            .send(MessageHead::response(self.id, Code::Ok), message);
+    }
+
+    /// Answers with a status.
+    pub fn fail(mut self, status: Status) {
+        self.done = true;
+        self.fail_inner(status);
+    }
+
+    fn fail_inner(&self, status: Status) {
+        self.counters.error();
+        self.conn.send_status(self.id, &status);
+    }
+}
+
+impl Drop for ReplySink {
+    fn drop(&mut self) {
+        if !self.done {
+            self.fail_inner(Status::internal(format!(
+                "{}: the handler panicked or returned no answer",
+                self.method.path
+            )));
+        }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A running server. Dropping it shuts it down gracefully.
+pub struct Server {
+    endpoint: Arc<Endpoint>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    threads: Option<(JoinHandle<()>, JoinHandle<()>)>,
+    local_addr: String,
+    transport_name: &'static str,
+}
+
+impl Server {
+    /// A builder.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// The bound address (useful after binding port 0).
+    pub fn local_addr(&self) -> &str {
+        &self.local_addr
+    }
+
+    /// The transport in use (`tcp`, `verbs`, `memory`).
+    pub fn transport_name(&self) -> &'static str {
+        self.transport_name
+    }
+
+    /// The server's counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Number of live connections.
+    pub fn connections(&self) -> usize {
+        self.endpoint.conns().len()
+    }
+
+    /// Stops accepting, tells clients GOODBYE, lets handlers in flight finish (up to 5 s),
+    /// then closes every connection and joins the server's threads.
+    pub fn shutdown(mut self) {
+        self.shutdown_inner();
+    }
+
+    fn shutdown_inner(&mut self) {
+        let Some((acceptor, poller)) = self.threads.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::Release);
+        let _ = acceptor.join();
+        for conn in self.endpoint.conns() {
+            conn.send_goodbye();
+        }
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while self.shared.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for conn in self.endpoint.conns() {
+            self.endpoint.close_conn(&conn, "server shut down");
+        }
+        self.endpoint.stop();
+        let _ = poller.join();
+        self.shared.pool.lock().shutdown();
+        tracing::info!(addr = %self.local_addr, "server stopped");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown_inner();
+    }
+}

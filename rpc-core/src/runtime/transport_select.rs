@@ -1,0 +1,156 @@
+//! Choosing a transport for an address: `mem:NAME` is the in-process transport; otherwise
+//! [`TransportKind`] decides between TCP and verbs.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::transport::heap::ChannelCq;
+use crate::transport::{memory, tcp, Acceptor, CompletionQueue, Link, LinkId, RingConfig};
+use crate::Error;
+
+/// Which transport a client or server uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransportKind {
+    /// Verbs if an RDMA device serves the address, else TCP (logged either way).
+    #[default]
+    Auto,
+    /// TCP sockets.
+    Tcp,
+    /// RDMA verbs (RC queue pairs through rdma_cm); fails if no RDMA device serves the address.
+    Verbs,
+}
+
+impl FromStr for TransportKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "auto" => Ok(TransportKind::Auto),
+            "tcp" => Ok(TransportKind::Tcp),
+            "verbs" | "rdma" => Ok(TransportKind::Verbs),
+            other => Err(Error::InvalidConfig(format!(
+                "unknown transport `{other}` (expected auto, tcp or verbs)"
+            ))),
+        }
+    }
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, Error> {
+    addr.to_socket_addrs()
+        .map_err(|e| Error::InvalidAddress(format!("{addr}: {e}")))?
+        .next()
+        .ok_or_else(|| Error::InvalidAddress(addr.to_string()))
+}
+
+/// Whether to use verbs for `addr` under `kind`.
+fn use_verbs(addr: &SocketAddr, kind: TransportKind) -> Result<bool, Error> {
+    match kind {
+        TransportKind::Tcp => Ok(false),
+        #[cfg(feature = "verbs")]
+        TransportKind::Verbs => match crate::transport::verbs::verbs_device_for(addr)? {
+            Some(_) => Ok(true),
+            None => Err(Error::TransportUnavailable {
+                transport: "verbs",
+                reason: format!("no RDMA device serves {addr}"),
+            }),
+        },
+        #[cfg(not(feature = "verbs"))]
+        TransportKind::Verbs => Err(Error::TransportUnavailable {
+            transport: "verbs",
+            reason: "this build has no verbs support (feature `verbs` is off)".to_string(),
+        }),
+        TransportKind::Auto => {
+            #[cfg(feature = "verbs")]
+            {
+                match crate::transport::verbs::verbs_device_for(addr) {
+                    Ok(Some(dev)) => {
+                        tracing::info!(%addr, device = %dev, "transport auto: RDMA device found, using verbs");
+                        return Ok(true);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(%addr, error = %e, "no usable RDMA device"),
+                }
+            }
+            tracing::info!(%addr, "transport auto: no RDMA device serves this address, using tcp");
+            Ok(false)
+        }
+    }
+}
+
+/// How a client makes (and re-makes) its link.
+pub(crate) enum Connector {
+    Tcp(Arc<ChannelCq>, SocketAddr),
+    Memory(Arc<ChannelCq>, String),
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<crate::transport::verbs::VerbsEndpoint>, SocketAddr),
+}
+
+impl Connector {
+    pub(crate) fn connect(
+        &self,
+        ring: RingConfig,
+        id: LinkId,
+        timeout: Duration,
+    ) -> Result<Arc<dyn Link>, Error> {
+        match self {
+            Connector::Tcp(cq, addr) => tcp::connect(*addr, ring, id, cq, timeout),
+            Connector::Memory(cq, name) => memory::connect(name, ring, id, cq, timeout),
+            #[cfg(feature = "verbs")]
+            Connector::Verbs(ep, addr) => ep.connect(*addr, ring, id, timeout),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Connector::Tcp(..) => "tcp",
+            Connector::Memory(..) => "memory",
+            #[cfg(feature = "verbs")]
+            Connector::Verbs(..) => "verbs",
+        }
+    }
+}
+
+pub(crate) fn client_transport(
+    addr: &str,
+    kind: TransportKind,
+) -> Result<(Arc<dyn CompletionQueue>, Connector), Error> {
+    if let Some(name) = addr.strip_prefix("mem:") {
+        let cq = ChannelCq::new();
+        return Ok((cq.clone(), Connector::Memory(cq, name.to_string())));
+    }
+    let sa = resolve(addr)?;
+    if use_verbs(&sa, kind)? {
+        #[cfg(feature = "verbs")]
+        {
+            let ep = crate::transport::verbs::VerbsEndpoint::new()?;
+            return Ok((ep.cq(), Connector::Verbs(ep, sa)));
+        }
+    }
+    let cq = ChannelCq::new();
+    Ok((cq.clone(), Connector::Tcp(cq, sa)))
+}
+
+pub(crate) fn server_transport(
+    addr: &str,
+    kind: TransportKind,
+    ring: RingConfig,
+) -> Result<(Arc<dyn CompletionQueue>, Box<dyn Acceptor>, &'static str), Error> {
+    if let Some(name) = addr.strip_prefix("mem:") {
+        let cq = ChannelCq::new();
+        let acceptor = memory::MemoryAcceptor::bind(name, ring, cq.clone())?;
+        return Ok((cq, Box::new(acceptor), "memory"));
+    }
+    let sa = resolve(addr)?;
+    if use_verbs(&sa, kind)? {
+        #[cfg(feature = "verbs")]
+        {
+            let ep = crate::transport::verbs::VerbsEndpoint::new()?;
+            let acceptor = ep.listen(sa, ring)?;
+            return Ok((ep.cq(), acceptor, "verbs"));
+        }
+    }
+    let cq = ChannelCq::new();
+    let acceptor = tcp::TcpAcceptor::bind(sa, ring, cq.clone())?;
+    Ok((cq, Box::new(acceptor), "tcp"))
+}

@@ -1,0 +1,200 @@
+//! Slot rings in ordinary heap memory, and a completion queue fed by other threads: the
+//! building blocks of the TCP and in-memory transports. A receive slot is a `Vec<u8>` that
+//! moves from the ring's posted pool into a [`RecvBuf`] and back when that is dropped, so
+//! frames are read into slots and decoded in place exactly as with verbs.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::queue::{ArrayQueue, SegQueue};
+use parking_lot::{Condvar, Mutex};
+
+use super::{Completion, CompletionQueue, RecvBuf, RecvInner, SendBuf, SendInner};
+
+/// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
+pub(crate) struct HeapRecvRing {
+    posted: ArrayQueue<Vec<u8>>,
+    reposted: AtomicU32,
+    slot_size: usize,
+}
+
+impl HeapRecvRing {
+    /// A ring of `count` posted slots of `size` bytes.
+    pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
+        let ring = HeapRecvRing {
+            posted: ArrayQueue::new(count as usize),
+            reposted: AtomicU32::new(0),
+            slot_size: size as usize,
+        };
+        for _ in 0..count {
+            ring.posted
+                .push(vec![0u8; size as usize])
+                .expect("ring has room for its slots");
+        }
+        Arc::new(ring)
+    }
+
+    /// Size of each slot.
+    pub(crate) fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits.
+    pub(crate) fn take_posted(&self) -> Option<Vec<u8>> {
+        self.posted.pop()
+    }
+
+    /// Wraps a filled slot as a completion buffer; dropping it re-posts the slot.
+    pub(crate) fn completed(self: &Arc<Self>, buf: Vec<u8>, len: usize) -> RecvBuf {
+        RecvBuf {
+            inner: RecvInner::Heap(HeapRecv {
+                buf,
+                ring: Arc::clone(self),
+            }),
+            len,
+        }
+    }
+
+    /// Re-posts reported since the last call.
+    pub(crate) fn take_reposted(&self) -> u32 {
+        self.reposted.swap(0, Ordering::AcqRel)
+    }
+}
+
+/// A filled heap receive slot (the heap variant of [`RecvBuf`]).
+pub(crate) struct HeapRecv {
+    buf: Vec<u8>,
+    ring: Arc<HeapRecvRing>,
+}
+
+impl HeapRecv {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for HeapRecv {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        // The slot must be back in the pool before the credit is counted: the peer may send
+        // into it as soon as it learns of the credit.
+        if self.ring.posted.push(buf).is_ok() {
+            self.ring.reposted.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Free send slots.
+pub(crate) struct HeapSendPool {
+    free: ArrayQueue<Vec<u8>>,
+    slot_size: usize,
+}
+
+impl HeapSendPool {
+    /// A pool of `count` slots of `size` bytes.
+    pub(crate) fn new(count: u32, size: u32) -> HeapSendPool {
+        let free = ArrayQueue::new(count as usize);
+        for _ in 0..count {
+            free.push(vec![0u8; size as usize])
+                .expect("pool has room for its slots");
+        }
+        HeapSendPool {
+            free,
+            slot_size: size as usize,
+        }
+    }
+
+    pub(crate) fn alloc(&self) -> Option<SendBuf> {
+        self.free.pop().map(|v| SendBuf {
+            inner: SendInner::Heap(v),
+        })
+    }
+
+    pub(crate) fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Returns a slot to the pool.
+    pub(crate) fn release(&self, buf: SendBuf) {
+        match buf.inner {
+            SendInner::Heap(v) => {
+                let _ = self.free.push(v);
+            }
+            #[cfg(feature = "verbs")]
+            SendInner::Verbs(_) => unreachable!("a verbs slot handed to a heap pool"),
+        }
+    }
+}
+
+/// A completion queue that other threads (TCP readers, in-memory peers) push into.
+pub(crate) struct ChannelCq {
+    queue: SegQueue<Completion>,
+    sleeping: AtomicBool,
+    notified: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl ChannelCq {
+    pub(crate) fn new() -> Arc<ChannelCq> {
+        Arc::new(ChannelCq {
+            queue: SegQueue::new(),
+            sleeping: AtomicBool::new(false),
+            notified: Mutex::new(false),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Adds a completion and wakes the poller if it sleeps.
+    pub(crate) fn push(&self, c: Completion) {
+        self.queue.push(c);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+}
+
+impl CompletionQueue for ChannelCq {
+    fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            match self.queue.pop() {
+                Some(c) => {
+                    out.push(c);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    fn wait(&self, timeout: Option<Duration>) {
+        self.sleeping.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !self.queue.is_empty() {
+            self.sleeping.store(false, Ordering::SeqCst);
+            return;
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut notified = self.notified.lock();
+        while !*notified {
+            match deadline {
+                Some(d) => {
+                    if self.cv.wait_until(&mut notified, d).timed_out() {
+                        break;
+                    }
+                }
+                None => self.cv.wait(&mut notified),
+            }
+        }
+        *notified = false;
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    fn wake(&self) {
+        *self.notified.lock() = true;
+        self.cv.notify_one();
+    }
+}

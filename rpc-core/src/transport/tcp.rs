@@ -1,0 +1,246 @@
+//! The TCP transport: the same slot rings and completions as verbs, over a socket. A reader
+//! thread per link reads each frame straight into a posted receive slot and pushes the
+//! completion to the endpoint's queue; sends write the slot's bytes to the socket from the
+//! posting thread. The HELLO is the first frame each side writes after the TCP handshake.
+
+use std::io::{BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::heap::{ChannelCq, HeapRecvRing, HeapSendPool};
+use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
+use crate::protocol::frame::{FrameKind, Header, Hello, HEADER_LEN, HELLO_LEN};
+use crate::Error;
+
+/// How long a peer may take to send its HELLO, and a send may block on a peer that does not
+/// read (flow control bounds what we send, so only a stuck peer hits this).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct TcpLink {
+    id: LinkId,
+    writer: Mutex<TcpStream>,
+    socket: TcpStream,
+    send_pool: HeapSendPool,
+    recv_ring: Arc<HeapRecvRing>,
+    local: Hello,
+    peer: Hello,
+    peer_addr: String,
+    closed: AtomicBool,
+}
+
+impl Link for TcpLink {
+    fn id(&self) -> LinkId {
+        self.id
+    }
+
+    fn alloc_send(&self) -> Option<SendBuf> {
+        self.send_pool.alloc()
+    }
+
+    fn send_slot_size(&self) -> usize {
+        self.send_pool.slot_size()
+    }
+
+    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        let result = self.writer.lock().write_all(&buf[..len]);
+        self.send_pool.release(buf);
+        result.map_err(|e| {
+            self.close();
+            Error::Io(e)
+        })
+    }
+
+    fn take_reposted(&self) -> u32 {
+        self.recv_ring.take_reposted()
+    }
+
+    fn local_hello(&self) -> Hello {
+        self.local
+    }
+
+    fn peer_hello(&self) -> Hello {
+        self.peer
+    }
+
+    fn peer_name(&self) -> String {
+        self.peer_addr.clone()
+    }
+
+    fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            // Unblocks the reader thread, which reports the closure.
+            let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Reads frames into posted slots until the socket fails, then reports the closure.
+fn reader_loop(link: Arc<TcpLink>, stream: TcpStream, cq: Arc<ChannelCq>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stream);
+    let reason = loop {
+        match read_frame(&mut reader, &link.recv_ring) {
+            Ok((buf, len)) => cq.push(Completion::Recv {
+                link: link.id,
+                buf: link.recv_ring.completed(buf, len),
+            }),
+            Err(reason) => break reason,
+        }
+    };
+    link.close();
+    cq.push(Completion::Closed {
+        link: link.id,
+        reason,
+    });
+}
+
+fn read_frame(reader: &mut impl Read, ring: &HeapRecvRing) -> Result<(Vec<u8>, usize), String> {
+    let mut header = [0u8; HEADER_LEN];
+    match reader.read_exact(&mut header[..1]) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err("peer closed the connection".to_string())
+        }
+        Err(e) => return Err(format!("read failed: {e}")),
+    }
+    reader
+        .read_exact(&mut header[1..])
+        .map_err(|e| format!("truncated frame header: {e}"))?;
+    // Only the length is needed to find the frame's end; the protocol core validates the rest.
+    let segment_len = u32::from_le_bytes(header[32..36].try_into().expect("4 bytes")) as usize;
+    let len = HEADER_LEN + segment_len;
+    if len > ring.slot_size() {
+        return Err(Error::FrameTooLarge {
+            len,
+            slot_size: ring.slot_size(),
+        }
+        .to_string());
+    }
+    let Some(mut buf) = ring.take_posted() else {
+        return Err("protocol violation: peer sent a frame without a credit".to_string());
+    };
+    buf[..HEADER_LEN].copy_from_slice(&header);
+    if let Err(e) = reader.read_exact(&mut buf[HEADER_LEN..len]) {
+        return Err(format!("truncated frame payload: {e}"));
+    }
+    Ok((buf, len))
+}
+
+/// Exchanges HELLO frames on a fresh stream and starts the link's reader thread.
+fn establish(
+    stream: TcpStream,
+    ring: RingConfig,
+    id: LinkId,
+    cq: &Arc<ChannelCq>,
+) -> Result<Arc<dyn Link>, Error> {
+    ring.validate()?;
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let peer_addr = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".to_string());
+    let local = ring.hello();
+    (&stream).write_all(&local.to_frame())?;
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let mut frame = [0u8; HEADER_LEN + HELLO_LEN];
+    (&stream)
+        .read_exact(&mut frame)
+        .map_err(|e| Error::ConnectionClosed(format!("no HELLO from {peer_addr}: {e}")))?;
+    let header = Header::decode(&frame)?;
+    if header.kind != FrameKind::Hello || header.segment_len as usize != HELLO_LEN {
+        return Err(Error::ProtocolViolation(format!(
+            "{peer_addr} did not start with a HELLO frame"
+        )));
+    }
+    let peer = Hello::decode(&frame[HEADER_LEN..])?;
+    stream.set_read_timeout(None)?;
+    let link = Arc::new(TcpLink {
+        id,
+        writer: Mutex::new(stream.try_clone()?),
+        socket: stream.try_clone()?,
+        send_pool: HeapSendPool::new(ring.slot_count, ring.slot_size),
+        recv_ring: HeapRecvRing::new(ring.slot_count, ring.slot_size),
+        local,
+        peer,
+        peer_addr,
+        closed: AtomicBool::new(false),
+    });
+    let (reader_link, reader_cq) = (Arc::clone(&link), Arc::clone(cq));
+    std::thread::Builder::new()
+        .name(format!("rpc-tcp-reader-{id}"))
+        .spawn(move || reader_loop(reader_link, stream, reader_cq))?;
+    Ok(link)
+}
+
+/// Connects to `addr`, with the HELLO exchange, as link `id` of the endpoint owning `cq`.
+pub(crate) fn connect(
+    addr: SocketAddr,
+    ring: RingConfig,
+    id: LinkId,
+    cq: &Arc<ChannelCq>,
+    timeout: Duration,
+) -> Result<Arc<dyn Link>, Error> {
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
+    establish(stream, ring, id, cq)
+}
+
+/// A listening TCP socket that hands out established links.
+pub(crate) struct TcpAcceptor {
+    listener: TcpListener,
+    ring: RingConfig,
+    cq: Arc<ChannelCq>,
+    next_id: LinkId,
+}
+
+impl TcpAcceptor {
+    pub(crate) fn bind(
+        addr: SocketAddr,
+        ring: RingConfig,
+        cq: Arc<ChannelCq>,
+    ) -> Result<TcpAcceptor, Error> {
+        ring.validate()?;
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(TcpAcceptor {
+            listener,
+            ring,
+            cq,
+            next_id: 1,
+        })
+    }
+}
+
+impl Acceptor for TcpAcceptor {
+    fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false)?;
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    return establish(stream, self.ring, id, &self.cq).map(Some);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(Duration::from_millis(5).min(timeout));
+                }
+                Err(e) => return Err(Error::Io(e)),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> String {
+        self.listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,1 @@
+//! Integration-test support: code generated from the test protos.
