@@ -17,7 +17,7 @@ use super::conn::{Conn, Payload};
 use super::endpoint::{Endpoint, NoService};
 use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
-use crate::codegen::{MethodDescriptor, MethodKind};
+use crate::codegen::MethodDescriptor;
 use crate::protocol::{FrameKind, MessageHead};
 use crate::transport::RingConfig;
 use crate::{Error, Request, Status, TransportKind};
@@ -304,7 +304,6 @@ impl Client {
         request: &Request<Req>,
     ) -> Result<(Arc<Conn>, Arc<CallCell>, u64, Option<Instant>), Status> {
         self.inner.counters.call();
-        debug_assert_eq!(method.kind, MethodKind::Unary);
         let conn = self.inner.conn()?;
         let timeout = request.timeout().or(self.inner.config.timeout);
         let deadline = timeout.map(|t| Instant::now() + t);

@@ -55,3 +55,6 @@ pub struct Stats {
     /// Frame bytes received, headers included.
     pub bytes_received: u64,
 }
+
+#[cfg(test)]
+mod tests;
