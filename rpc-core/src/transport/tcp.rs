@@ -7,7 +7,9 @@ use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crossbeam::channel::{self, Receiver, Sender};
 
 use parking_lot::Mutex;
 
@@ -189,12 +191,12 @@ pub(crate) fn connect(
     establish(stream, ring, id, cq)
 }
 
-/// A listening TCP socket that hands out established links.
+/// A listening TCP socket that hands out established links. Accepting and each handshake
+/// run on threads of their own, so a peer that connects and stays silent delays nobody.
 pub(crate) struct TcpAcceptor {
-    listener: TcpListener,
-    ring: RingConfig,
-    cq: Arc<ChannelCq>,
-    next_id: LinkId,
+    local_addr: String,
+    links: Receiver<Result<Arc<dyn Link>, Error>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl TcpAcceptor {
@@ -206,41 +208,73 @@ impl TcpAcceptor {
         ring.validate()?;
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
+        let local_addr = listener.local_addr()?.to_string();
+        let (tx, rx) = channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("rpc-tcp-accept".to_string())
+            .spawn(move || accept_loop(listener, ring, cq, tx, thread_stop))?;
         Ok(TcpAcceptor {
-            listener,
-            ring,
-            cq,
-            next_id: 1,
+            local_addr,
+            links: rx,
+            stop,
         })
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    ring: RingConfig,
+    cq: Arc<ChannelCq>,
+    links: Sender<Result<Arc<dyn Link>, Error>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut next_id: LinkId = 1;
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let (id, cq, sender) = (next_id, Arc::clone(&cq), links.clone());
+                next_id += 1;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("rpc-tcp-handshake-{id}"))
+                    .spawn(move || {
+                        let link = stream
+                            .set_nonblocking(false)
+                            .map_err(Error::Io)
+                            .and_then(|()| establish(stream, ring, id, &cq));
+                        let _ = sender.send(link);
+                    });
+                if let Err(e) = spawned {
+                    let _ = links.send(Err(Error::Io(e)));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => {
+                let _ = links.send(Err(Error::Io(e)));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+impl Drop for TcpAcceptor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
     }
 }
 
 impl Acceptor for TcpAcceptor {
     fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    stream.set_nonblocking(false)?;
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    return establish(stream, self.ring, id, &self.cq).map(Some);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Ok(None);
-                    }
-                    std::thread::sleep(Duration::from_millis(5).min(timeout));
-                }
-                Err(e) => return Err(Error::Io(e)),
-            }
+        match self.links.recv_timeout(timeout) {
+            Ok(link) => link.map(Some),
+            Err(_) => Ok(None),
         }
     }
 
     fn local_addr(&self) -> String {
-        self.listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default()
+        self.local_addr.clone()
     }
 }
