@@ -1,0 +1,270 @@
+//! A hostile raw-socket peer (garbage, truncated frames, huge declared lengths, unknown
+//! methods, undecodable messages, credit floods, silence) against a TCP server, while a
+//! well-behaved client calls it alongside: the server never crashes, answers what deserves
+//! an answer, disconnects what breaks the protocol, and the good client never notices.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rpc_core::codegen::{
+    self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
+};
+use rpc_core::protocol::frame::{FrameKind, Header, Hello, HEADER_LEN};
+use rpc_core::{Client, Code, Request, RingConfig, Server, TransportKind};
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Blob {
+    #[prost(bytes = "vec", tag = "1")]
+    data: Vec<u8>,
+}
+
+static METHODS: [MethodDescriptor; 1] = [MethodDescriptor::new(
+    "h.Echo",
+    "Echo",
+    "/h.Echo/Echo",
+    MethodKind::Unary,
+)];
+static SERVICE: ServiceDescriptor = ServiceDescriptor {
+    name: "h.Echo",
+    methods: &METHODS,
+};
+
+struct EchoService;
+
+impl Service for EchoService {
+    fn descriptor(&self) -> &'static ServiceDescriptor {
+        &SERVICE
+    }
+    fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
+        codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
+    }
+}
+
+const RING: RingConfig = RingConfig {
+    slot_count: 8,
+    slot_size: 4096,
+    max_message_size: 64 * 1024,
+};
+
+struct Raw {
+    stream: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Raw { stream }
+    }
+
+    /// Connects and completes the HELLO exchange properly.
+    fn handshake(addr: &str) -> Raw {
+        let mut raw = Raw::connect(addr);
+        let hello = Hello {
+            slot_count: 16,
+            slot_size: 4096,
+            max_message_size: 1 << 20,
+        };
+        raw.stream.write_all(&hello.to_frame()).unwrap();
+        let mut theirs = [0u8; HEADER_LEN + 16];
+        raw.stream.read_exact(&mut theirs).unwrap();
+        let h = Header::decode(&theirs).unwrap();
+        assert_eq!(h.kind, FrameKind::Hello);
+        assert_eq!(Hello::decode(&theirs[HEADER_LEN..]).unwrap(), RING.hello());
+        raw
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        // The server may already have hung up; that is what some cases expect.
+        let _ = self.stream.write_all(bytes);
+    }
+
+    fn request(&mut self, id: u64, method_id: u32, message_len: u32, payload: &[u8]) {
+        let h = Header {
+            kind: FrameKind::Request,
+            credits: 0,
+            request_id: id,
+            code: method_id,
+            timeout_us: 0,
+            message_len,
+            segment_offset: 0,
+            segment_len: payload.len() as u32,
+        };
+        let mut f = vec![0u8; HEADER_LEN + payload.len()];
+        h.encode(&mut f);
+        f[HEADER_LEN..].copy_from_slice(payload);
+        self.send(&f);
+    }
+
+    /// Reads one RESPONSE frame: (request id, status code, payload).
+    fn response(&mut self) -> (u64, u32, Vec<u8>) {
+        loop {
+            let mut hb = [0u8; HEADER_LEN];
+            self.stream.read_exact(&mut hb).expect("a response frame");
+            let h = Header::decode(&hb).unwrap();
+            let mut payload = vec![0u8; h.segment_len as usize];
+            self.stream.read_exact(&mut payload).unwrap();
+            if h.kind == FrameKind::Response {
+                return (h.request_id, h.code, payload);
+            }
+        }
+    }
+
+    /// Whether the server closed the connection (EOF or reset) within the read timeout.
+    fn closed_by_server(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+#[test]
+fn hostile_peers_never_disturb_a_good_client() {
+    let server = Server::builder()
+        .ring(RING)
+        .add_service(EchoService)
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .unwrap();
+    let addr = server.local_addr().to_string();
+
+    // The good client: calls continuously, every reply checked, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = {
+        let (addr, stop) = (addr.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let client = Client::builder()
+                .transport(TransportKind::Tcp)
+                .connect(&addr)
+                .unwrap();
+            let mut n = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let blob = Blob {
+                    data: n.to_le_bytes().repeat((n % 50) as usize),
+                };
+                let r: Blob = client
+                    .unary(&METHODS[0], Request::new(blob.clone()))
+                    .expect("the good client's call");
+                assert_eq!(r, blob);
+                n += 1;
+            }
+            n
+        })
+    };
+
+    // A silent peer that never says HELLO.
+    let _silent = Raw::connect(&addr);
+
+    // Garbage instead of a HELLO.
+    let mut raw = Raw::connect(&addr);
+    raw.send(&[0xAB; 200]);
+    assert!(raw.closed_by_server(), "garbage instead of HELLO");
+
+    // Garbage after a proper HELLO.
+    let mut raw = Raw::handshake(&addr);
+    raw.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n and more bytes to fill a header");
+    assert!(raw.closed_by_server(), "bad magic");
+
+    // A frame declaring a segment far beyond the slot: refused before anything is read.
+    let mut raw = Raw::handshake(&addr);
+    let mut h = [0u8; HEADER_LEN];
+    Header {
+        kind: FrameKind::Request,
+        credits: 0,
+        request_id: 1,
+        code: METHODS[0].id,
+        timeout_us: 0,
+        message_len: u32::MAX,
+        segment_offset: 0,
+        segment_len: u32::MAX,
+    }
+    .encode(&mut h);
+    raw.send(&h);
+    assert!(raw.closed_by_server(), "segment larger than the slot");
+
+    // A truncated frame, then the peer goes away.
+    let mut raw = Raw::handshake(&addr);
+    raw.send(&h[..20]);
+    drop(raw);
+
+    // A message declaring 4 GiB in a valid first segment: RESOURCE_EXHAUSTED, and the
+    // connection stays usable.
+    let mut raw = Raw::handshake(&addr);
+    raw.request(7, METHODS[0].id, u32::MAX - 1, &[0u8; 100]);
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (7, Code::ResourceExhausted));
+
+    // Unknown method: UNIMPLEMENTED.
+    raw.request(8, 0xdead_beef, 3, b"abc");
+    let (id, code, msg) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (8, Code::Unimplemented));
+    assert!(!msg.is_empty(), "the status carries a message");
+
+    // Undecodable protobuf: INVALID_ARGUMENT.
+    raw.request(9, METHODS[0].id, 3, &[0xff, 0xff, 0xff]);
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (9, Code::InvalidArgument));
+
+    // A valid call on the same raw connection still works.
+    let body = prost::Message::encode_to_vec(&Blob {
+        data: b"hello".to_vec(),
+    });
+    raw.request(10, METHODS[0].id, body.len() as u32, &body);
+    let (id, code, payload) = raw.response();
+    assert_eq!((id, code), (10, 0));
+    assert_eq!(payload, body);
+
+    // A credit flood: more frames than the server has slots, without waiting for credits.
+    let mut raw = Raw::handshake(&addr);
+    for i in 0..(RING.slot_count as u64 + 8) {
+        raw.request(100 + i, 0xdead_beef, 0, b"");
+    }
+    assert!(raw.closed_by_server(), "credit flood");
+
+    // A duplicate request id while the first is in progress is a protocol violation; so is a
+    // continuation segment for nothing.
+    let mut raw = Raw::handshake(&addr);
+    let mut cont = [0u8; HEADER_LEN + 4];
+    Header {
+        kind: FrameKind::Request,
+        credits: 0,
+        request_id: 5,
+        code: METHODS[0].id,
+        timeout_us: 0,
+        message_len: 8,
+        segment_offset: 4,
+        segment_len: 4,
+    }
+    .encode(&mut cont);
+    raw.send(&cont);
+    assert!(raw.closed_by_server(), "continuation for no message");
+
+    stop.store(true, Ordering::Relaxed);
+    let calls = good.join().expect("the good client never failed");
+    assert!(calls > 0);
+    // The server still accepts and serves new clients.
+    let client = Client::builder()
+        .transport(TransportKind::Tcp)
+        .connect(&addr)
+        .unwrap();
+    let blob = Blob {
+        data: vec![1, 2, 3],
+    };
+    assert_eq!(
+        client
+            .unary::<Blob, Blob>(&METHODS[0], Request::new(blob.clone()))
+            .unwrap(),
+        blob
+    );
+    server.shutdown();
+}
