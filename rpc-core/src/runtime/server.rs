@@ -388,19 +388,28 @@ impl Server {
     /// Stops accepting, tells clients GOODBYE, lets handlers in flight finish (up to 5 s),
     /// then closes every connection and joins the server's threads.
     pub fn shutdown(mut self) {
-        self.shutdown_inner();
+        self.shutdown_inner(Duration::from_secs(5));
     }
 
-    fn shutdown_inner(&mut self) {
+    /// Stops at once: every connection is closed without waiting for handlers, so clients'
+    /// outstanding calls fail with UNAVAILABLE (as if the server process had died). Handlers
+    /// still running finish in the background; their answers are dropped.
+    pub fn abort(mut self) {
+        self.shutdown_inner(Duration::ZERO);
+    }
+
+    fn shutdown_inner(&mut self, grace: Duration) {
         let Some((acceptor, poller)) = self.threads.take() else {
             return;
         };
         self.stop.store(true, Ordering::Release);
         let _ = acceptor.join();
-        for conn in self.endpoint.conns() {
-            conn.send_goodbye();
+        if !grace.is_zero() {
+            for conn in self.endpoint.conns() {
+                conn.send_goodbye();
+            }
         }
-        let give_up = Instant::now() + Duration::from_secs(5);
+        let give_up = Instant::now() + grace;
         while self.shared.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -416,6 +425,6 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.shutdown_inner();
+        self.shutdown_inner(Duration::from_secs(5));
     }
 }
