@@ -1,0 +1,95 @@
+# GNU make. `make demo` and `make test` work on a fresh Debian machine with Rust (rustup),
+# gcc, python3 and apt (root or sudo): both start with `make setup`.
+#
+#   make setup              install what is missing (apt packages, rustfmt/clippy, the VM image)
+#   make build              cargo build --workspace
+#   make demo               the example services over TCP on this machine
+#   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
+#   make test               fmt check, clippy, cargo test, then the verbs suite in the VM
+#                           (one host, then two hosts)
+#   make test-verbs         the verbs tests inside scripts/softroce-vm (one guest)
+#   make test-verbs-2hosts  two-host verbs tests + the examples across two guests
+#   make test-verbs-native  the verbs tests on this machine (real RDMA NIC or rdma_rxe loaded)
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.NOTPARALLEL:
+.DEFAULT_GOAL := build
+
+CARGO ?= cargo
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+VM := scripts/softroce-vm
+# Seconds a VM run may take before it is killed.
+VM_TIMEOUT ?= 1800
+# The echo demo's load: `make demo ECHO_COUNT=100000`.
+ECHO_SIZE ?= 64
+ECHO_COUNT ?= 20000
+ECHO_CONCURRENCY ?= 8
+# Fewer calls across two emulated guests (one CPU each, debug build).
+ECHO_COUNT_2HOSTS ?= 2000
+# Address of this machine's RDMA netdev for test-verbs-native (default: found via `rdma link`).
+VERBS_ADDR ?=
+export ECHO_SIZE ECHO_CONCURRENCY
+
+TEST_LIST := $(TARGET_DIR)/verbs-tests.list
+
+.PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test \
+	test-verbs test-verbs-2hosts test-verbs-native test-list
+
+setup:
+	scripts/setup
+
+build:
+	$(CARGO) build --workspace
+
+release:
+	$(CARGO) build --release -p rpc-examples --bins
+
+demo: setup release
+	@if compgen -G '/sys/class/infiniband/*' >/dev/null; then \
+	  echo "==> running the demo over TCP (make demo-rdma runs it over RDMA verbs in the Soft-RoCE VM)"; \
+	else \
+	  echo "==> running the demo over TCP, because this machine has no RDMA device (/sys/class/infiniband is empty);"; \
+	  echo "    make demo-rdma runs the same demo over RDMA verbs inside the Soft-RoCE VM (scripts/softroce-vm)"; \
+	fi
+	ECHO_COUNT=$(ECHO_COUNT) scripts/demo --transport tcp --addr 127.0.0.1 --bin $(TARGET_DIR)/release
+
+demo-rdma: setup release
+	@echo "==> running the demo over RDMA verbs: client and server in one Soft-RoCE guest, rxe0 on 192.0.2.1"
+	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
+	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
+
+test: setup fmt-check clippy unit-test test-verbs test-verbs-2hosts
+
+fmt-check:
+	$(CARGO) fmt --all --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit-test:
+	$(CARGO) test --workspace
+
+# The test executables, built on the host; one line per binary: target, package dir, path.
+test-list:
+	mkdir -p $(TARGET_DIR)
+	scripts/test-executables > $(TEST_LIST).tmp
+	mv $(TEST_LIST).tmp $(TEST_LIST)
+	@echo "==> $$(wc -l < $(TEST_LIST)) test executables listed in $(TEST_LIST)"
+
+test-verbs: setup test-list
+	$(VM) --timeout $(VM_TIMEOUT) -- scripts/verbs-tests $(TEST_LIST)
+
+test-verbs-2hosts: setup test-list
+	$(CARGO) build --workspace --bins
+	sync=$$(mktemp -d "$${TMPDIR:-/tmp}/rpc-2hosts.XXXXXX"); \
+	trap 'rm -rf "$$sync"' EXIT; \
+	$(VM) --hosts --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY \
+	  --env ECHO_COUNT=$(ECHO_COUNT_2HOSTS) -- \
+	  scripts/verbs-2hosts $(TEST_LIST) "$$sync" $(TARGET_DIR)/debug
+
+# Without the VM: on a machine with an RDMA NIC, or one that can run
+#   sudo modprobe rdma_rxe && sudo rdma link add rxe0 type rxe netdev eth0
+# (`ulimit -l` must allow registering memory: unlimited is simplest).
+test-verbs-native: test-list
+	RPC_TEST_VERBS_ADDR=$(VERBS_ADDR) scripts/verbs-tests $(TEST_LIST)
