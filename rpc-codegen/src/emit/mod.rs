@@ -1,0 +1,336 @@
+//! Turns a [`Service`](crate::model::Service) into Rust source: the client module
+//! ([`client`]) and the server module ([`server`]), formatted with prettyplease.
+
+pub mod client;
+pub mod server;
+
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+
+use crate::model::{Method, MethodKind, Service};
+
+/// Which halves to emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Emit {
+    /// Emit `<service>_client`.
+    pub client: bool,
+    /// Emit `<service>_server`.
+    pub server: bool,
+}
+
+/// The tokens of everything emitted for `service`.
+pub fn service_tokens(service: &Service, emit: Emit) -> TokenStream {
+    let client = emit.client.then(|| client::tokens(service));
+    let server = emit.server.then(|| server::tokens(service));
+    quote! { #client #server }
+}
+
+/// The formatted source of everything emitted for `service`.
+///
+/// # Panics
+///
+/// Panics if the generated tokens are not a valid Rust file, which would be a bug in this
+/// crate (every name and type path is validated when it becomes a token).
+pub fn service_source(service: &Service, emit: Emit) -> String {
+    let tokens = service_tokens(service, emit);
+    let file: syn::File = match syn::parse2(tokens) {
+        Ok(file) => file,
+        Err(err) => panic!(
+            "rpc-codegen produced invalid Rust for service {}: {err}",
+            service.full_name
+        ),
+    };
+    prettyplease::unparse(&file)
+}
+
+/// An identifier from an escaped name (`r#match` becomes a raw identifier).
+pub(crate) fn ident(name: &str) -> syn::Ident {
+    match name.strip_prefix("r#") {
+        Some(raw) => syn::Ident::new_raw(raw, Span::call_site()),
+        None => syn::Ident::new(name, Span::call_site()),
+    }
+}
+
+/// The type of a message as seen from inside a generated `<service>_client`/`_server` module.
+///
+/// prost-build gives paths relative to the package module (`AddRequest`, `outer::Inner`,
+/// `super::other::Msg`), which need one more `super::`; absolute paths (`::prost_types::Timestamp`,
+/// `crate::x::Y`), the unit type (`google.protobuf.Empty`) and the primitives that wrapper types
+/// map to (`bool`, `i32`, ...) stay as they are.
+///
+/// # Panics
+///
+/// Panics if `rust_type` is not a Rust type: prost-build produced it, so that is a bug there.
+pub fn message_type(rust_type: &str) -> syn::Type {
+    let mut ty: syn::Type = match syn::parse_str(rust_type) {
+        Ok(ty) => ty,
+        Err(err) => panic!("prost-build gave `{rust_type}`, which is not a Rust type: {err}"),
+    };
+    if let syn::Type::Path(type_path) = &mut ty {
+        let path = &mut type_path.path;
+        let first = path.segments.first().map(|s| s.ident.to_string());
+        let is_absolute = path.leading_colon.is_some()
+            || type_path.qself.is_some()
+            || matches!(first.as_deref(), Some("crate" | "$crate"));
+        let is_primitive = path.segments.len() == 1
+            && matches!(
+                first.as_deref(),
+                Some(
+                    "bool"
+                        | "i8"
+                        | "i16"
+                        | "i32"
+                        | "i64"
+                        | "i128"
+                        | "isize"
+                        | "u8"
+                        | "u16"
+                        | "u32"
+                        | "u64"
+                        | "u128"
+                        | "usize"
+                        | "f32"
+                        | "f64"
+                        | "str"
+                        | "char"
+                )
+            );
+        if !is_absolute && !is_primitive {
+            path.segments
+                .insert(0, syn::PathSegment::from(ident("super")));
+        }
+    }
+    ty
+}
+
+/// The inner `#![allow(..)]` of each generated module: names come from the `.proto` (a trait
+/// `Self_`, a method `into_foo(&self)` or `add(&self, ..)`, a module named like its parent
+/// package), and pedantic lints ask for what generated stubs cannot say (`# Errors` sections).
+pub(crate) fn allow_lints() -> TokenStream {
+    quote! {
+        #![allow(
+            non_camel_case_types,
+            non_snake_case,
+            clippy::module_inception,
+            clippy::should_implement_trait,
+            clippy::wrong_self_convention,
+            clippy::missing_errors_doc,
+            clippy::must_use_candidate,
+            clippy::needless_pass_by_value,
+            clippy::doc_markdown,
+            clippy::too_many_lines
+        )]
+    }
+}
+
+/// `#[doc = "..."]` attributes for doc lines.
+pub(crate) fn doc_attrs(lines: &[String]) -> TokenStream {
+    let lines = lines.iter();
+    quote! { #( #[doc = #lines] )* }
+}
+
+/// The doc attributes of a method as a trait method or client function: the `.proto` comment,
+/// then the rename note if any.
+pub(crate) fn method_docs(method: &Method, fallback: &str) -> TokenStream {
+    let mut lines = method.docs.clone();
+    if lines.is_empty() {
+        lines.push(format!(" {fallback}"));
+    }
+    if let Some(note) = &method.rename_note {
+        lines.push(String::new());
+        lines.push(format!(" {note}"));
+    }
+    doc_attrs(&lines)
+}
+
+/// The `static METHODS` array both modules carry.
+pub(crate) fn methods_static(service: &Service) -> TokenStream {
+    let count = service.methods.len();
+    let service_name = &service.full_name;
+    let descriptors = service.methods.iter().map(|m| {
+        let name = &m.proto_name;
+        let path = &m.path;
+        let kind = ident(m.kind.variant_name());
+        quote! {
+            ::rpc_core::codegen::MethodDescriptor::new(
+                #service_name,
+                #name,
+                #path,
+                ::rpc_core::codegen::MethodKind::#kind,
+            )
+        }
+    });
+    quote! {
+        /// The methods of this service, in `.proto` order.
+        static METHODS: [::rpc_core::codegen::MethodDescriptor; #count] = [ #( #descriptors ),* ];
+    }
+}
+
+/// `unary`, `client streaming`, ... for docs.
+pub(crate) fn kind_phrase(kind: MethodKind) -> &'static str {
+    match kind {
+        MethodKind::Unary => "unary",
+        MethodKind::ClientStreaming => "client-streaming",
+        MethodKind::ServerStreaming => "server-streaming",
+        MethodKind::BidiStreaming => "bidirectional-streaming",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::ToTokens;
+
+    fn ty(s: &str) -> String {
+        message_type(s)
+            .to_token_stream()
+            .to_string()
+            .replace(' ', "")
+    }
+
+    #[test]
+    fn relative_types_get_one_more_super() {
+        assert_eq!(ty("AddRequest"), "super::AddRequest");
+        assert_eq!(ty("outer::Inner"), "super::outer::Inner");
+        assert_eq!(ty("r#match::Inner"), "super::r#match::Inner");
+        assert_eq!(ty("super::other::Msg"), "super::super::other::Msg");
+        assert_eq!(ty("Result"), "super::Result");
+    }
+
+    #[test]
+    fn absolute_and_builtin_types_stay() {
+        assert_eq!(ty("()"), "()");
+        assert_eq!(ty("::prost_types::Timestamp"), "::prost_types::Timestamp");
+        assert_eq!(
+            ty("::prost::alloc::vec::Vec<u8>"),
+            "::prost::alloc::vec::Vec<u8>"
+        );
+        assert_eq!(ty("crate::x::Y"), "crate::x::Y");
+        assert_eq!(ty("bool"), "bool");
+        assert_eq!(ty("u64"), "u64");
+    }
+
+    fn calculator() -> Service {
+        let method = |name: &str, client_streaming, server_streaming| crate::model::MethodSpec {
+            proto_name: name.to_owned(),
+            input_type: format!("{name}Request"),
+            output_type: format!("{name}Reply"),
+            input_proto_type: format!(".calc.{name}Request"),
+            output_proto_type: format!(".calc.{name}Reply"),
+            client_streaming,
+            server_streaming,
+            docs: vec![format!(" Does {name}.")],
+        };
+        Service::new(
+            "calc",
+            "Calculator",
+            vec![" Arithmetic.".to_owned()],
+            vec![
+                method("Add", false, false),
+                method("Sum", true, false),
+                method("Count", false, true),
+                method("Chat", true, true),
+                method("Match", false, false),
+            ],
+            &mut Default::default(),
+        )
+    }
+
+    fn squash(text: &str) -> String {
+        let flat: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        flat.replace(",>", ">")
+            .replace(",)", ")")
+            .replace(",}", "}")
+    }
+
+    #[test]
+    fn emitted_modules_items_and_signatures() {
+        let both = Emit {
+            client: true,
+            server: true,
+        };
+        let source = service_source(&calculator(), both);
+        let flat = squash(&source);
+        for expected in [
+            "pub mod calculator_client",
+            "#[derive(Debug, Clone)] pub struct CalculatorClient { inner: ::rpc_core::codegen::Client, }",
+            "pub fn new(inner: ::rpc_core::codegen::Client) -> Self",
+            "pub fn connect(addr: &str) -> ::core::result::Result<Self, ::rpc_core::Error>",
+            "pub fn inner(&self) -> &::rpc_core::codegen::Client",
+            "/// Does Add.",
+            "pub fn add(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
+             -> ::core::result::Result<super::AddReply, ::rpc_core::codegen::Status>",
+            "self.inner.unary(&METHODS[0usize],",
+            "pub fn add_async(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
+             -> ::rpc_core::codegen::ResponseFuture<super::AddReply>",
+            "self.inner.unary_async(&METHODS[0usize],",
+            "pub fn sum(&self, requests: impl ::core::iter::IntoIterator<Item = super::SumRequest>,) \
+             -> ::core::result::Result<super::SumReply, ::rpc_core::codegen::Status>",
+            "pub fn count(&self, request: impl ::rpc_core::codegen::IntoRequest<super::CountRequest>,) \
+             -> ::core::result::Result<::std::vec::Vec<super::CountReply>, ::rpc_core::codegen::Status>",
+            "pub fn chat(&self, requests: impl ::core::iter::IntoIterator<Item = super::ChatRequest>,) \
+             -> ::core::result::Result<::std::vec::Vec<super::ChatReply>, ::rpc_core::codegen::Status>",
+            "::rpc_core::codegen::streaming_unimplemented(&METHODS[3usize])",
+            "pub fn r#match(",
+            "pub fn match_async(",
+            "static METHODS: [::rpc_core::codegen::MethodDescriptor; 5usize]",
+            "::rpc_core::codegen::MethodDescriptor::new(\"calc.Calculator\", \"Add\", \
+             \"/calc.Calculator/Add\", ::rpc_core::codegen::MethodKind::Unary,)",
+            "::rpc_core::codegen::MethodKind::ClientStreaming",
+            "::rpc_core::codegen::MethodKind::ServerStreaming",
+            "::rpc_core::codegen::MethodKind::BidiStreaming",
+            "pub mod calculator_server",
+            "/// Arithmetic.",
+            "pub trait Calculator: ::core::marker::Send + ::core::marker::Sync + 'static",
+            "fn add(&self, request: ::rpc_core::codegen::Request<super::AddRequest>,) \
+             -> ::core::result::Result<super::AddReply, ::rpc_core::codegen::Status>;",
+            "fn r#match(&self, request: ::rpc_core::codegen::Request<super::MatchRequest>,)",
+            "pub struct CalculatorServer<T> { inner: ::std::sync::Arc<T>, }",
+            "impl<T: Calculator> CalculatorServer<T>",
+            "pub fn new(inner: T) -> Self",
+            "pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self",
+            "impl<T: Calculator> ::rpc_core::codegen::Service for CalculatorServer<T>",
+            "fn descriptor(&self) -> &'static ::rpc_core::codegen::ServiceDescriptor { &SERVICE }",
+            "0usize => { let inner: &T = &self.inner; \
+             ::rpc_core::codegen::unary(request, reply, |req| { <T as Calculator>::add(inner, req) });",
+            "4usize => {",
+            "_ => { ::rpc_core::codegen::unimplemented(request, reply); }",
+            "pub static SERVICE: ::rpc_core::codegen::ServiceDescriptor = \
+             ::rpc_core::codegen::ServiceDescriptor { name: \"calc.Calculator\", methods: &METHODS, };",
+        ] {
+            assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{source}");
+        }
+        // Streaming methods are not in the trait and have no async variant.
+        assert!(!flat.contains("fnsum(&self,request:::rpc_core::codegen::Request"));
+        assert!(!flat.contains("sum_async"));
+        assert!(!flat.contains("1usize=>"));
+    }
+
+    #[test]
+    fn halves_can_be_left_out() {
+        let client_only = service_source(
+            &calculator(),
+            Emit {
+                client: true,
+                server: false,
+            },
+        );
+        assert!(client_only.contains("pub mod calculator_client"));
+        assert!(!client_only.contains("calculator_server"));
+        let server_only = service_source(
+            &calculator(),
+            Emit {
+                client: false,
+                server: true,
+            },
+        );
+        assert!(!server_only.contains("calculator_client"));
+        assert!(server_only.contains("pub mod calculator_server"));
+    }
+
+    #[test]
+    fn raw_identifiers() {
+        assert_eq!(ident("r#match").to_string(), "r#match");
+        assert_eq!(ident("self_").to_string(), "self_");
+    }
+}

@@ -1,0 +1,256 @@
+//! Code generation for `rpc-core`, run from a `build.rs`: parses `.proto` files with
+//! [protox](https://docs.rs/protox) (pure Rust, no `protoc` needed), generates the message types
+//! with [prost-build](https://docs.rs/prost-build), and adds a client and a server module for
+//! every service.
+//!
+//! # Quick start
+//!
+//! `Cargo.toml` of the crate that uses the generated code:
+//!
+//! ```toml
+//! [dependencies]
+//! rpc-core = "0.1"
+//! prost = "0.14"
+//! # only if the .proto files use well-known types such as google.protobuf.Timestamp:
+//! prost-types = "0.14"
+//!
+//! [build-dependencies]
+//! rpc-codegen = "0.1"
+//! ```
+//!
+//! `build.rs`:
+//!
+//! ```no_run
+//! fn main() -> std::io::Result<()> {
+//!     rpc_codegen::compile_protos(&["proto/calculator.proto"], &["proto"])
+//! }
+//! ```
+//!
+//! `src/lib.rs` (or any module), one `include_proto!` per protobuf package:
+//!
+//! ```ignore
+//! pub mod calc {
+//!     rpc_core::include_proto!("calc");
+//! }
+//! use calc::calculator_client::CalculatorClient;
+//! use calc::calculator_server::{Calculator, CalculatorServer};
+//! ```
+//!
+//! Settings go through [`configure`]:
+//!
+//! ```no_run
+//! fn main() -> std::io::Result<()> {
+//!     rpc_codegen::configure()
+//!         .build_server(false)
+//!         .prost_config(|config| {
+//!             config.bytes(["."]);
+//!         })
+//!         .compile_protos(&["proto/calculator.proto"], &["proto"])
+//! }
+//! ```
+//!
+//! # What is generated
+//!
+//! prost-build writes one file per protobuf package into `OUT_DIR`, named `<package>.rs`
+//! (`_.rs` for files without a `package`; a nested package `a.b.c` gives `a.b.c.rs`, which the
+//! user includes inside `pub mod a { pub mod b { pub mod c { ... } } }`). Next to the messages,
+//! `service Calculator` gives:
+//!
+//! * `calculator_client::CalculatorClient`: `new(rpc_core::Client)`, `connect(addr)`, and per
+//!   unary method `add(req) -> Result<Resp, Status>` (blocking) and `add_async(req)` (a future).
+//! * `calculator_server::Calculator`: the trait with one handler per unary method, and
+//!   `calculator_server::CalculatorServer<T>`, the `rpc_core::codegen::Service` to hand to the
+//!   server builder. `calculator_server::SERVICE` is the static service descriptor.
+//!
+//! Streaming methods (all three kinds) get a client function that returns `UNIMPLEMENTED`; they
+//! are not in the trait, and the server answers them with `UNIMPLEMENTED`. Every method, of
+//! any kind, keeps its index and `MethodDescriptor`.
+//!
+//! The naming rules (tonic's) and how collisions between generated names are resolved are in
+//! [`model`]. Generated code only uses fully qualified paths, so messages named `Result`,
+//! `Option`, `Box`, `Send`, `Arc`, ... do not break it.
+//!
+//! # Message types
+//!
+//! prost-build maps the well-known types to `prost-types` (`google.protobuf.Timestamp` →
+//! `::prost_types::Timestamp`, so the user crate needs `prost-types`), and a few to Rust types
+//! that implement `prost::Message` themselves: `google.protobuf.Empty` is `()`, the wrapper
+//! types are `bool`, `i32`, `String`, ... A method taking `google.protobuf.Empty` is called as
+//! `client.ping(())` and its handler gets a `Request<()>`.
+//!
+//! Types mapped with `prost_build::Config::extern_path` must be given absolute Rust paths
+//! (`::my_crate::Msg` or `crate::x::Msg`), as prost-build documents; a relative path is taken
+//! to be relative to the package module.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub mod emit;
+pub mod model;
+pub mod prost;
+
+pub use prost_build;
+
+use crate::emit::Emit;
+use crate::prost::RpcServiceGenerator;
+
+/// Compiles `protos` (found through the `includes` directories) with the default settings:
+/// messages, clients and servers, written to `OUT_DIR`.
+///
+/// Every `.proto` file must lie under one of `includes`; an empty `includes` means the
+/// directories of `protos`. Imports are resolved through `includes` too, and the well-known
+/// types (`google/protobuf/*.proto`) are built in.
+///
+/// # Errors
+///
+/// A `.proto` file that cannot be read or does not compile (the message names the file, line
+/// and column), or an output file that cannot be written.
+pub fn compile_protos(
+    protos: &[impl AsRef<Path>],
+    includes: &[impl AsRef<Path>],
+) -> io::Result<()> {
+    configure().compile_protos(protos, includes)
+}
+
+/// A [`Builder`] with the default settings, to change some before compiling.
+pub fn configure() -> Builder {
+    Builder {
+        build_client: true,
+        build_server: true,
+        out_dir: None,
+        emit_rerun_if_changed: true,
+        config: prost_build::Config::new(),
+    }
+}
+
+/// Settings for a code generation run; made by [`configure`].
+#[derive(Debug)]
+pub struct Builder {
+    build_client: bool,
+    build_server: bool,
+    out_dir: Option<PathBuf>,
+    emit_rerun_if_changed: bool,
+    config: prost_build::Config,
+}
+
+impl Builder {
+    /// Whether to generate the `<service>_client` modules (default: yes).
+    pub fn build_client(mut self, enable: bool) -> Self {
+        self.build_client = enable;
+        self
+    }
+
+    /// Whether to generate the `<service>_server` modules (default: yes).
+    pub fn build_server(mut self, enable: bool) -> Self {
+        self.build_server = enable;
+        self
+    }
+
+    /// Where to write the generated files (default: the `OUT_DIR` Cargo gives build scripts).
+    /// The directory is created if needed.
+    pub fn out_dir(mut self, out_dir: impl AsRef<Path>) -> Self {
+        self.out_dir = Some(out_dir.as_ref().to_owned());
+        self
+    }
+
+    /// Whether to print `cargo:rerun-if-changed` for every `.proto` file read, imports
+    /// included (default: yes; turn it off when not running inside a build script).
+    pub fn emit_rerun_if_changed(mut self, enable: bool) -> Self {
+        self.emit_rerun_if_changed = enable;
+        self
+    }
+
+    /// Changes the prost-build settings: attributes, `bytes`, `btree_map`, `extern_path`,
+    /// `include_file`, ... The service generator and the output directory are set by this
+    /// builder and override what `f` sets.
+    pub fn prost_config(mut self, f: impl FnOnce(&mut prost_build::Config)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    /// Parses `protos` with protox and generates code for them and everything they import.
+    ///
+    /// Every `.proto` file must lie under one of `includes`; an empty `includes` means the
+    /// directories of `protos`.
+    ///
+    /// # Errors
+    ///
+    /// As [`compile_protos`].
+    pub fn compile_protos(
+        self,
+        protos: &[impl AsRef<Path>],
+        includes: &[impl AsRef<Path>],
+    ) -> io::Result<()> {
+        let includes: Vec<PathBuf> = if includes.is_empty() {
+            let mut dirs: Vec<PathBuf> = Vec::new();
+            for proto in protos {
+                let dir = match proto.as_ref().parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+                    _ => PathBuf::from("."),
+                };
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+            }
+            dirs
+        } else {
+            includes.iter().map(|i| i.as_ref().to_owned()).collect()
+        };
+
+        let mut compiler = protox::Compiler::new(&includes).map_err(protox_error)?;
+        compiler.include_imports(true).include_source_info(true);
+        compiler.open_files(protos).map_err(protox_error)?;
+
+        if self.emit_rerun_if_changed {
+            for file in compiler.files() {
+                if let Some(path) = file.path() {
+                    println!("cargo:rerun-if-changed={}", path.display());
+                }
+            }
+        }
+
+        self.compile_fds(compiler.file_descriptor_set())
+    }
+
+    /// Generates code for an already parsed set of files (`protox::compile` or
+    /// `protoc --include_imports --include_source_info -o` give one).
+    ///
+    /// # Errors
+    ///
+    /// The output directory or files cannot be written, or prost-build rejects the set.
+    pub fn compile_fds(mut self, fds: prost_types::FileDescriptorSet) -> io::Result<()> {
+        if let Some(out_dir) = &self.out_dir {
+            fs::create_dir_all(out_dir)?;
+            self.config.out_dir(out_dir);
+        }
+        let emit = Emit {
+            client: self.build_client,
+            server: self.build_server,
+        };
+        if emit.client || emit.server {
+            self.config
+                .service_generator(Box::new(RpcServiceGenerator::new(emit, &fds)));
+        }
+        self.config.compile_fds(fds)
+    }
+}
+
+/// A protox error as an `io::Error` whose message says where (`file:line:column: message`).
+fn protox_error(err: protox::Error) -> io::Error {
+    let kind = if err.is_file_not_found() {
+        io::ErrorKind::NotFound
+    } else if err.is_io() {
+        io::ErrorKind::Other
+    } else {
+        io::ErrorKind::InvalidInput
+    };
+    // protox's `Debug` is the one-line `file:line:col: message` form; `Display` has no location.
+    let mut message = format!("{err:?}");
+    if let Some(file) = err.file() {
+        if !message.contains(file) {
+            message = format!("{file}: {message}");
+        }
+    }
+    io::Error::new(kind, format!("failed to compile .proto files: {message}"))
+}
