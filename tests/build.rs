@@ -1,0 +1,30 @@
+//! Generates the code the tests compile against: the tricky protos of `proto/tricky` (which
+//! exist to break the code generator), the demo protos and the integration-test proto.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto");
+    let tricky = proto.join("tricky");
+
+    let mut protos: Vec<PathBuf> = match fs::read_dir(&tricky) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "proto"))
+            .collect(),
+        Err(err) => panic!("cannot list {}: {err}", tricky.display()),
+    };
+    protos.sort();
+    for file in ["calculator.proto", "echo.proto", "testing.proto"] {
+        protos.push(proto.join(file));
+    }
+    // A .proto file added to proto/tricky must rerun this script.
+    println!("cargo:rerun-if-changed={}", tricky.display());
+
+    // `tricky` first: its files import each other by bare name, and must not also be seen as
+    // `tricky/<name>.proto` through `proto`.
+    if let Err(err) = rpc_codegen::compile_protos(&protos, &[&tricky, &proto]) {
+        panic!("code generation failed: {err}");
+    }
+}

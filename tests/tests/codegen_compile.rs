@@ -1,0 +1,462 @@
+//! The code generated from `proto/tricky/*.proto` compiles, has the names and signatures
+//! `docs/ARCHITECTURE.md` specifies, and works end to end over TCP.
+//!
+//! Signatures are pinned by coercing functions to typed `fn` pointers and by implementing the
+//! server traits: a missing, extra or differently typed method fails to compile.
+
+use std::time::Duration;
+
+use rpc_core::codegen::{method_id, MethodDescriptor, MethodKind, Service, ServiceDescriptor};
+use rpc_core::{Code, Request, ResponseFuture, Server, Status, TransportKind};
+use rpc_tests::tricky_protos::{self as protos, other, r#type, svc, tricky as t};
+
+/// Unary handlers that answer with a default (or echoed) message.
+macro_rules! handlers {
+    ($( $name:ident ( $input:ty ) -> $output:ty; )*) => {
+        $(
+            fn $name(&self, request: Request<$input>) -> Result<$output, Status> {
+                let _ = request.into_inner();
+                Ok(<$output>::default())
+            }
+        )*
+    };
+}
+
+struct Kw;
+
+impl t::keywords_server::Keywords for Kw {
+    fn r#match(&self, request: Request<t::Result>) -> Result<t::Result, Status> {
+        let mut reply = request.into_inner();
+        reply.r#match = !reply.r#match;
+        reply.self_ += 1;
+        Ok(reply)
+    }
+
+    fn foo_async_2(&self, _request: Request<t::Ok>) -> Result<t::Err, Status> {
+        Err(Status::new(Code::AlreadyExists, "foo_async_2 ran"))
+    }
+
+    fn other(&self, request: Request<other::Msg>) -> Result<(), Status> {
+        if request.get_ref().text == "fail" {
+            return Err(Status::new(Code::InvalidArgument, "asked to fail"));
+        }
+        Ok(())
+    }
+
+    handlers! {
+        r#type(t::Option) -> t::Box;
+        self_(t::Ok) -> t::Ok;
+        self_type(t::Self_) -> t::Self_;
+        super_(t::Send) -> t::Sync;
+        crate_(t::Vec) -> t::String;
+        r#async(t::Arc) -> t::Arc;
+        r#await(t::T) -> t::T;
+        r#fn(t::Status) -> t::Request;
+        extern_(t::Client) -> t::Service;
+        r#gen(t::Methods) -> t::Methods;
+        foo(t::Ok) -> t::Err;
+        get_x(t::Ok) -> t::Ok;
+        get_x_2(t::Ok) -> t::Ok;
+        get_x_3(t::Ok) -> t::Ok;
+        new_2(t::IntoRequest) -> t::Ok;
+        connect_2(t::Ok) -> t::Ok;
+        inner_2(t::Ok) -> t::Ok;
+        clone(t::Ok) -> t::Ok;
+        into_foo(t::Ok) -> t::Ok;
+        descriptor(t::Ok) -> t::Ok;
+        call(t::Ok) -> t::Ok;
+        lower_camel(t::Ok) -> t::Ok;
+    }
+}
+
+struct Everything;
+
+impl t::more_names_server::MoreNames for Everything {
+    handlers! {
+        use_result(t::Result) -> t::Box;
+        nested(t::outer::Middle) -> t::outer::middle::Inner;
+        now(()) -> ::prost_types::Timestamp;
+        sleep(::prost_types::Duration) -> ();
+        wrapped(String) -> bool;
+        bytes(Vec<u8>) -> u64;
+    }
+}
+
+impl t::streams_server::Streams for Everything {
+    fn unary(&self, request: Request<t::Outer>) -> Result<t::Outer, Status> {
+        Ok(request.into_inner())
+    }
+
+    handlers! {
+        last(t::Outer) -> t::Outer;
+    }
+}
+
+// Only streaming methods: nothing to implement.
+impl t::only_streams_server::OnlyStreams for Everything {}
+
+impl t::clash2_server::Clash for Everything {
+    handlers! { ping(t::ClashClient) -> t::ClashClient; }
+}
+
+impl t::foo_bar_server::FooBar for Everything {
+    handlers! { ping(t::Ok) -> t::Ok; }
+}
+
+impl t::foo_bar2_server::FooBar for Everything {
+    handlers! { ping(t::Ok) -> t::Ok; }
+}
+
+impl t::nested::deep::deep_server::Deep for Everything {
+    handlers! {
+        down(t::nested::deep::DeepRequest) -> t::Result;
+        across(other::msg::Sub) -> t::outer::middle::Inner;
+    }
+}
+
+impl other::other_server::Other for Everything {
+    handlers! {
+        echo(other::Msg) -> other::Msg;
+        echo_sub(other::msg::Sub) -> other::msg::Sub;
+    }
+}
+
+impl protos::bare_server::Bare for Everything {
+    handlers! {
+        ping(protos::BareRequest) -> protos::BareRequest;
+        across(other::Msg) -> protos::BareRequest;
+    }
+}
+
+impl r#type::use_server::Use for Everything {
+    handlers! { r#in(r#type::In) -> protos::BareRequest; }
+}
+
+impl svc::self_server::Self_ for Everything {
+    handlers! { ping(t::Ok) -> t::Ok; }
+}
+impl svc::type_server::Type for Everything {
+    handlers! { ping(t::Ok) -> t::Ok; }
+}
+impl svc::t_server::T for Everything {
+    handlers! { ping(t::T) -> t::T; }
+}
+impl svc::s_server::S for Everything {
+    handlers! { ping(t::T) -> t::T; }
+}
+impl svc::result_server::Result for Everything {
+    handlers! { ping(t::Result) -> t::Result; }
+}
+impl svc::option_server::Option for Everything {
+    handlers! { ping(t::Option) -> t::Option; }
+}
+impl svc::service_server::Service for Everything {
+    handlers! { call(t::Service) -> t::Service; }
+}
+impl svc::service2_server::Service for Everything {
+    handlers! { ping(t::Methods) -> t::Methods; }
+}
+impl svc::send_server::Send for Everything {
+    handlers! { ping(t::Send) -> t::Sync; }
+}
+impl svc::arc_server::Arc for Everything {
+    handlers! { ping(t::Arc) -> t::Arc; }
+}
+impl svc::empty_server::Empty for Everything {}
+
+fn is_service<S: Service + Clone>(service: S) -> &'static ServiceDescriptor {
+    service.descriptor()
+}
+
+#[test]
+fn every_server_is_a_service() {
+    let services = [
+        is_service(t::keywords_server::KeywordsServer::new(Kw)),
+        is_service(t::more_names_server::MoreNamesServer::new(Everything)),
+        is_service(t::streams_server::StreamsServer::new(Everything)),
+        is_service(t::only_streams_server::OnlyStreamsServer::new(Everything)),
+        is_service(t::clash2_server::ClashServer::new(Everything)),
+        is_service(t::foo_bar_server::FooBarServer::new(Everything)),
+        is_service(t::foo_bar2_server::FooBarServer::new(Everything)),
+        is_service(t::nested::deep::deep_server::DeepServer::new(Everything)),
+        is_service(other::other_server::OtherServer::new(Everything)),
+        is_service(protos::bare_server::BareServer::new(Everything)),
+        is_service(r#type::use_server::UseServer::new(Everything)),
+        is_service(svc::self_server::SelfServer::new(Everything)),
+        is_service(svc::type_server::TypeServer::new(Everything)),
+        is_service(svc::t_server::TServer::new(Everything)),
+        is_service(svc::s_server::SServer::new(Everything)),
+        is_service(svc::result_server::ResultServer::new(Everything)),
+        is_service(svc::option_server::OptionServer::new(Everything)),
+        is_service(svc::service_server::ServiceServer::new(Everything)),
+        is_service(svc::service2_server::ServiceServer::new(Everything)),
+        is_service(svc::send_server::SendServer::new(Everything)),
+        is_service(svc::arc_server::ArcServer::new(Everything)),
+        is_service(svc::empty_server::EmptyServer::new(Everything)),
+    ];
+    let names: Vec<&str> = services.iter().map(|s| s.name).collect();
+    assert_eq!(
+        names,
+        [
+            "tricky.Keywords",
+            "tricky.MoreNames",
+            "tricky.Streams",
+            "tricky.OnlyStreams",
+            "tricky.Clash",
+            "tricky.FooBar",
+            "tricky.foo_bar",
+            "tricky.nested.deep.Deep",
+            "other.Other",
+            "Bare",
+            "type.Use",
+            "svc.Self",
+            "svc.type",
+            "svc.T",
+            "svc.S",
+            "svc.Result",
+            "svc.Option",
+            "svc.Service",
+            "svc.SERVICE",
+            "svc.Send",
+            "svc.Arc",
+            "svc.Empty",
+        ]
+    );
+    for service in services {
+        for method in service.methods {
+            assert_eq!(method.service, service.name);
+            assert_eq!(method.path, format!("/{}/{}", service.name, method.name));
+            assert_eq!(method.id, method_id(method.path));
+        }
+    }
+    assert!(svc::empty_server::SERVICE.methods.is_empty());
+    // `from_arc` and `Clone` share one implementation.
+    let shared = std::sync::Arc::new(Everything);
+    let server = svc::t_server::TServer::from_arc(shared.clone());
+    let clone = server.clone();
+    assert!(std::sync::Arc::ptr_eq(server.inner(), clone.inner()));
+    assert_eq!(std::sync::Arc::strong_count(&shared), 3);
+}
+
+#[test]
+fn descriptors_keep_proto_names_order_and_kinds() {
+    let methods = t::keywords_server::SERVICE.methods;
+    let names: Vec<&str> = methods.iter().map(|m| m.name).collect();
+    assert_eq!(
+        names,
+        [
+            "Match",
+            "Type",
+            "Self",
+            "SelfType",
+            "Super",
+            "Crate",
+            "Async",
+            "Await",
+            "Fn",
+            "Extern",
+            "Gen",
+            "Foo",
+            "FooAsync",
+            "GetX",
+            "get_x",
+            "Get_X",
+            "New",
+            "Connect",
+            "Inner",
+            "Clone",
+            "IntoFoo",
+            "Descriptor",
+            "Call",
+            "lowerCamel",
+            "Other",
+        ]
+    );
+    assert!(methods.iter().all(|m| m.kind == MethodKind::Unary));
+    assert_eq!(methods[12].path, "/tricky.Keywords/FooAsync");
+
+    let streams = t::streams_server::SERVICE;
+    let kinds: Vec<(&str, MethodKind)> = streams.methods.iter().map(|m| (m.name, m.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Unary", MethodKind::Unary),
+            ("Upload", MethodKind::ClientStreaming),
+            ("Download", MethodKind::ServerStreaming),
+            ("Chat", MethodKind::BidiStreaming),
+            ("Last", MethodKind::Unary),
+        ]
+    );
+    let expected = MethodDescriptor::new(
+        "tricky.Streams",
+        "Chat",
+        "/tricky.Streams/Chat",
+        MethodKind::BidiStreaming,
+    );
+    assert_eq!(streams.methods[3], expected);
+    assert_eq!(streams.methods[3].id, method_id("/tricky.Streams/Chat"));
+
+    let deep = t::nested::deep::deep_server::SERVICE;
+    assert_eq!(deep.methods[0].path, "/tricky.nested.deep.Deep/Down");
+    assert_eq!(protos::bare_server::SERVICE.methods[0].path, "/Bare/Ping");
+    assert_eq!(r#type::use_server::SERVICE.methods[0].path, "/type.Use/In");
+}
+
+#[test]
+fn client_signatures() {
+    use t::keywords_client::KeywordsClient as K;
+    type Res<T> = Result<T, Status>;
+
+    let _: fn(rpc_core::Client) -> K = K::new;
+    let _: fn(&str) -> Result<K, rpc_core::Error> = K::connect;
+    let _: fn(&K) -> &rpc_core::Client = K::inner;
+    // Unary: the message or a `Request` around it; blocking and `_async`.
+    let _: fn(&K, t::Result) -> Res<t::Result> = K::r#match;
+    let _: fn(&K, Request<t::Result>) -> Res<t::Result> = K::r#match;
+    let _: fn(&K, t::Result) -> ResponseFuture<t::Result> = K::match_async;
+    let _: fn(&K, Request<t::Result>) -> ResponseFuture<t::Result> = K::match_async;
+    let _: fn(&K, t::Option) -> Res<t::Box> = K::r#type;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::self_;
+    let _: fn(&K, t::Ok) -> ResponseFuture<t::Ok> = K::self_async;
+    let _: fn(&K, t::Self_) -> Res<t::Self_> = K::self_type;
+    let _: fn(&K, t::Send) -> Res<t::Sync> = K::super_;
+    let _: fn(&K, t::Vec) -> Res<t::String> = K::crate_;
+    let _: fn(&K, t::Arc) -> Res<t::Arc> = K::r#async;
+    let _: fn(&K, t::Arc) -> ResponseFuture<t::Arc> = K::async_async;
+    let _: fn(&K, t::T) -> Res<t::T> = K::r#await;
+    let _: fn(&K, t::Status) -> Res<t::Request> = K::r#fn;
+    let _: fn(&K, t::Client) -> Res<t::Service> = K::extern_;
+    let _: fn(&K, t::Methods) -> Res<t::Methods> = K::r#gen;
+    // Collisions: `FooAsync` after `Foo`, three `get_x`, the client's own functions.
+    let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo;
+    let _: fn(&K, t::Ok) -> ResponseFuture<t::Err> = K::foo_async;
+    let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo_async_2;
+    let _: fn(&K, t::Ok) -> ResponseFuture<t::Err> = K::foo_async_2_async;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_2;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_3;
+    let _: fn(&K, t::IntoRequest) -> Res<t::Ok> = K::new_2;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::connect_2;
+    let _: fn(&K, t::Ok) -> ResponseFuture<t::Ok> = K::inner_2_async;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::clone;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::into_foo;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::descriptor;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::call;
+    let _: fn(&K, t::Ok) -> Res<t::Ok> = K::lower_camel;
+    // Another package's type, and `google.protobuf.Empty` as `()`.
+    let _: fn(&K, other::Msg) -> Res<()> = K::other;
+
+    // Well-known types.
+    use t::more_names_client::MoreNamesClient as M;
+    let _: fn(&M, t::outer::Middle) -> Res<t::outer::middle::Inner> = M::nested;
+    let _: fn(&M, ()) -> Res<prost_types::Timestamp> = M::now;
+    let _: fn(&M, ()) -> ResponseFuture<prost_types::Timestamp> = M::now_async;
+    let _: fn(&M, prost_types::Duration) -> Res<()> = M::sleep;
+    let _: fn(&M, String) -> Res<bool> = M::wrapped;
+    let _: fn(&M, Vec<u8>) -> Res<u64> = M::bytes;
+
+    // Streaming: the three shapes of docs/ARCHITECTURE.md, no `_async`.
+    use t::streams_client::StreamsClient as S;
+    let _: fn(&S, t::Outer) -> Res<t::Outer> = S::unary;
+    let _: fn(&S, Vec<t::outer::middle::Inner>) -> Res<t::Outer> = S::upload;
+    let _: fn(&S, std::iter::Empty<t::outer::middle::Inner>) -> Res<t::Outer> = S::upload;
+    let _: fn(&S, t::Outer) -> Res<Vec<t::outer::Middle>> = S::download;
+    let _: fn(&S, Request<t::Outer>) -> Res<Vec<t::outer::Middle>> = S::download;
+    let _: fn(&S, Vec<()>) -> Res<Vec<prost_types::Timestamp>> = S::chat;
+    let _: fn(&S, t::Outer) -> ResponseFuture<t::Outer> = S::last_async;
+
+    // Names of the other clients.
+    let _: fn(rpc_core::Client) -> t::clash2_client::ClashClient =
+        t::clash2_client::ClashClient::new;
+    let _: fn(rpc_core::Client) -> t::foo_bar2_client::FooBarClient =
+        t::foo_bar2_client::FooBarClient::new;
+    let _: fn(rpc_core::Client) -> svc::empty_client::EmptyClient =
+        svc::empty_client::EmptyClient::new;
+    let _: fn(&svc::self_client::SelfClient, t::Ok) -> Res<t::Ok> =
+        svc::self_client::SelfClient::ping;
+    let _: fn(&svc::service2_client::ServiceClient, t::Methods) -> Res<t::Methods> =
+        svc::service2_client::ServiceClient::ping;
+    let _: fn(&protos::bare_client::BareClient, other::Msg) -> Res<protos::BareRequest> =
+        protos::bare_client::BareClient::across;
+    let _: fn(&r#type::use_client::UseClient, r#type::In) -> Res<protos::BareRequest> =
+        r#type::use_client::UseClient::r#in;
+    let _: fn(
+        &t::nested::deep::deep_client::DeepClient,
+        other::msg::Sub,
+    ) -> Res<t::outer::middle::Inner> = t::nested::deep::deep_client::DeepClient::across;
+    let _: fn(&t::nested::deep::deep_client::DeepClient, Vec<t::Outer>) -> Res<Vec<other::Msg>> =
+        t::nested::deep::deep_client::DeepClient::stream;
+}
+
+#[test]
+fn generated_stubs_work_end_to_end_over_tcp() {
+    let server = Server::builder()
+        .add_service(t::keywords_server::KeywordsServer::new(Kw))
+        .add_service(t::streams_server::StreamsServer::new(Everything))
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .expect("serve");
+    let connection = rpc_core::Client::builder()
+        .transport(TransportKind::Tcp)
+        .timeout(Duration::from_secs(10))
+        .connect(server.local_addr())
+        .expect("connect");
+    let keywords = t::keywords_client::KeywordsClient::new(connection.clone());
+    let streams = t::streams_client::StreamsClient::new(connection);
+
+    let request = t::Result {
+        r#type: "t".into(),
+        r#match: false,
+        self_: 41,
+        r#async: "a".into(),
+    };
+    let reply = keywords.r#match(request.clone()).expect("match");
+    assert!(reply.r#match);
+    assert_eq!(reply.self_, 42);
+    assert_eq!(reply.r#type, "t");
+    let reply = keywords
+        .match_async(Request::new(request).with_timeout(Duration::from_secs(5)))
+        .wait()
+        .expect("match_async");
+    assert_eq!(reply.self_, 42);
+
+    // The renamed method reaches its own handler.
+    let status = keywords.foo_async_2(t::Ok {}).unwrap_err();
+    assert_eq!(status.code(), Code::AlreadyExists);
+    assert_eq!(status.message(), "foo_async_2 ran");
+    assert_eq!(keywords.foo(t::Ok {}).unwrap(), t::Err {});
+
+    // google.protobuf.Empty is `()` on both sides.
+    keywords.other(other::Msg::default()).expect("other");
+    let failed = keywords
+        .other(other::Msg {
+            text: "fail".into(),
+            sub: None,
+        })
+        .unwrap_err();
+    assert_eq!(failed.code(), Code::InvalidArgument);
+
+    // Streaming: the client stubs fail locally; the server answers the method's path with
+    // UNIMPLEMENTED too.
+    let outer = t::Outer::default();
+    assert_eq!(streams.unary(outer.clone()).unwrap(), outer);
+    assert_eq!(streams.last_async(outer.clone()).wait().unwrap(), outer);
+    let status = streams.upload(Vec::new()).unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+    assert!(status.message().contains("/tricky.Streams/Upload"));
+    assert_eq!(
+        streams.download(outer.clone()).unwrap_err().code(),
+        Code::Unimplemented
+    );
+    assert_eq!(
+        streams.chat([(), ()]).unwrap_err().code(),
+        Code::Unimplemented
+    );
+    let download = &t::streams_server::SERVICE.methods[2];
+    let status = streams
+        .inner()
+        .unary::<t::Outer, t::outer::Middle>(download, Request::new(outer))
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+
+    server.shutdown();
+}
