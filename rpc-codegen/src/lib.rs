@@ -53,8 +53,11 @@
 //!
 //! prost-build writes one file per protobuf package into `OUT_DIR`, named `<package>.rs`
 //! (`_.rs` for files without a `package`; a nested package `a.b.c` gives `a.b.c.rs`, which the
-//! user includes inside `pub mod a { pub mod b { pub mod c { ... } } }`). Next to the messages,
-//! `service Calculator` gives:
+//! user includes inside `pub mod a { pub mod b { pub mod c { ... } } }`; a package named like a
+//! Rust keyword, `type`, gives `r#type.rs` for `pub mod r#type`). Packages refer to each other
+//! with `super::` paths, so their modules must be nested as the package names are;
+//! `prost_config(|c| { c.include_file("protos.rs"); })` writes a file that does exactly that.
+//! Next to the messages, `service Calculator` gives:
 //!
 //! * `calculator_client::CalculatorClient`: `new(rpc_core::Client)`, `connect(addr)`, and per
 //!   unary method `add(req) -> Result<Resp, Status>` (blocking) and `add_async(req)` (a future).
@@ -81,6 +84,13 @@
 //! Types mapped with `prost_build::Config::extern_path` must be given absolute Rust paths
 //! (`::my_crate::Msg` or `crate::x::Msg`), as prost-build documents; a relative path is taken
 //! to be relative to the package module.
+//!
+//! # Checking a set of `.proto` files
+//!
+//! `cargo run -p rpc-codegen --example generate -- <proto-dir> <out-dir>` writes the code for
+//! every `.proto` under a directory, to read it; `rpc-codegen/scripts/check-protos.sh
+//! <proto-dir>` also compiles it against this workspace's `rpc-core` (`CHECK=clippy` for
+//! clippy with `-D warnings`).
 
 use std::fs;
 use std::io;

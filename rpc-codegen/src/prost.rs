@@ -1,5 +1,5 @@
 //! The adapter between prost-build and this crate: a [`prost_build::ServiceGenerator`] that
-//! turns each `prost_build::Service` into a [`model::Service`](crate::model::Service) and
+//! turns each `prost_build::Service` into a [`crate::model::Service`] and
 //! appends the emitted modules to the package's output.
 
 use std::collections::{HashMap, HashSet};

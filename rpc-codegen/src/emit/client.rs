@@ -87,10 +87,21 @@ fn method_functions(index: usize, method: &Method) -> TokenStream {
         MethodKind::Unary => {
             let async_name = ident(&method.async_name);
             let docs = method_docs(method, &format!("Calls `{proto_name}`."));
-            let async_docs = doc_attrs(&[
-                format!(" Calls `{proto_name}` without blocking: the future completes when the"),
+            let mut async_docs = method.docs.clone();
+            if !async_docs.is_empty() {
+                async_docs.push(String::new());
+            }
+            async_docs.push(format!(
+                " Calls `{proto_name}` without blocking: the future completes when the"
+            ));
+            async_docs.push(
                 " response arrives. Await it from any executor, or `wait()` for it.".to_owned(),
-            ]);
+            );
+            if let Some(note) = &method.rename_note {
+                async_docs.push(String::new());
+                async_docs.push(format!(" {note}"));
+            }
+            let async_docs = doc_attrs(&async_docs);
             quote! {
                 #docs
                 pub fn #name(

@@ -1,4 +1,4 @@
-//! Turns a [`Service`](crate::model::Service) into Rust source: the client module
+//! Turns a [`model::Service`](crate::model::Service) into Rust source: the client module
 //! ([`client`]) and the server module ([`server`]), formatted with prettyplease.
 
 pub mod client;
@@ -263,6 +263,7 @@ mod tests {
             "self.inner.unary(&METHODS[0usize],",
             "pub fn add_async(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
              -> ::rpc_core::codegen::ResponseFuture<super::AddReply>",
+            "/// Does Add. /// /// Calls `Add` without blocking",
             "self.inner.unary_async(&METHODS[0usize],",
             "pub fn sum(&self, requests: impl ::core::iter::IntoIterator<Item = super::SumRequest>,) \
              -> ::core::result::Result<super::SumReply, ::rpc_core::codegen::Status>",
