@@ -11,8 +11,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_sys::{
-    ibv_alloc_pd, ibv_context, ibv_dealloc_pd, ibv_device_attr, ibv_get_device_name, ibv_pd,
-    ibv_port_attr, ibv_query_device, rdma_free_devices, rdma_get_devices, ___ibv_query_port,
+    ___ibv_query_port, ibv_alloc_pd, ibv_context, ibv_dealloc_pd, ibv_device_attr,
+    ibv_get_device_name, ibv_pd, ibv_port_attr, ibv_query_device, rdma_free_devices,
+    rdma_get_devices,
 };
 
 use super::sys::{c_string, errno_error, is_no_device, no_device, status_error};
@@ -167,7 +168,7 @@ pub(super) unsafe fn context_name(ctx: *mut ibv_context) -> String {
 /// A protection domain on a [`Device`].
 pub(super) struct Pd {
     raw: NonNull<ibv_pd>,
-    device: Arc<Device>,
+    _device: Arc<Device>,
 }
 
 // SAFETY: a PD is only passed to thread-safe verbs calls (reg_mr, create_qp, dealloc_pd).
@@ -180,15 +181,14 @@ impl Pd {
         // SAFETY: the context is live (pinned by `device`).
         let raw = unsafe { ibv_alloc_pd(device.ctx()) };
         let raw = NonNull::new(raw).ok_or_else(|| errno_error("ibv_alloc_pd"))?;
-        Ok(Arc::new(Pd { raw, device }))
+        Ok(Arc::new(Pd {
+            raw,
+            _device: device,
+        }))
     }
 
     pub(super) fn raw(&self) -> *mut ibv_pd {
         self.raw.as_ptr()
-    }
-
-    pub(super) fn device(&self) -> &Arc<Device> {
-        &self.device
     }
 }
 

@@ -1,17 +1,91 @@
-//! verbs
-#![allow(missing_docs)]
-pub struct VerbsRecv;
-impl VerbsRecv {
-    pub fn bytes(&self) -> &[u8] {
-        &[]
-    }
-}
-pub struct VerbsSend;
-impl VerbsSend {
-    pub fn bytes(&self) -> &[u8] {
-        &[]
-    }
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut []
-    }
-}
+//! The RDMA transport: two-sided SENDs on RC queue pairs, connected through rdma_cm.
+//!
+//! This is the only module of the project with `unsafe` code. It sits directly on `rdma-sys`
+//! (bindings to libibverbs and librdmacm) and wraps every verbs object in a small owner that
+//! releases it in `Drop`.
+//!
+//! # Entry points
+//!
+//! * [`verbs_device_for`]: which RDMA device (if any) serves an address; the runtime's `Auto`
+//!   transport choice.
+//! * [`VerbsEndpoint::new`]: one per client or server. [`VerbsEndpoint::cq`] is the completion
+//!   queue of all its links; [`VerbsEndpoint::connect`] makes a client link,
+//!   [`VerbsEndpoint::listen`] an [`Acceptor`](crate::transport::Acceptor) that assigns link ids.
+//!
+//! # Ownership and drop order
+//!
+//! Each owner holds an `Arc` of what its verbs object depends on, so the dependencies outlive
+//! it whatever order the last references go in:
+//!
+//! ```text
+//! DeviceList (rdma_get_devices: pins librdmacm's device contexts; rdma_free_devices)
+//!   └─ Device (an ibv_context of that list)
+//!        ├─ Pd (ibv_alloc_pd / ibv_dealloc_pd)
+//!        │    └─ Region (aligned allocation + ibv_reg_mr, LOCAL_WRITE only / ibv_dereg_mr, free)
+//!        └─ CompChannel (ibv_create_comp_channel / ibv_destroy_comp_channel)
+//!             └─ RawCq (ibv_create_cq / ack outstanding events, ibv_destroy_cq)
+//! EventChannel (rdma_create_event_channel / rdma_destroy_event_channel)
+//!   └─ CmId (rdma_create_id / rdma_destroy_id; holds the channel it currently reports on)
+//! Qp (rdma_create_qp / rdma_destroy_qp) holds Arc<CmId>, Arc<RawCq>, Arc<Pd>
+//! LinkInner: fields in drop order: Qp, receive Region, send Region, CQ reservation, ...
+//! ```
+//!
+//! So: QP before its cm id, CQ and PD; MRs before the PD; CQ before its completion channel;
+//! cm id before its event channel; everything before the device list. A link's QP is destroyed
+//! before its rings are deregistered and freed, so the device never touches freed memory. The
+//! receive buffers handed to the runtime ([`VerbsRecv`]) and free send slots ([`VerbsSend`])
+//! hold an `Arc` of their link, so the ring memory outlives every one of them.
+//!
+//! # Safety arguments
+//!
+//! * **Handles.** Every raw pointer is owned by exactly one owner (or pinned by one, for device
+//!   contexts), is non-null (`NonNull`), and is freed once, in `Drop`, after everything that
+//!   used it (see above). libibverbs and librdmacm are thread-safe, which is why the owners are
+//!   `Send + Sync`; the few calls that must not race on one cm id are serialized by
+//!   construction (see `cm::CmId`).
+//! * **Slot memory.** A slot is owned either by the device (posted) or by exactly one Rust
+//!   value: a [`VerbsRecv`] (received, not yet re-posted) or a [`VerbsSend`] (allocated, not
+//!   yet posted). References into a slot are handed out only through that value, so the device
+//!   never writes memory that Rust code holds a reference to, and a send slot is not changed
+//!   between post and completion (the `VerbsSend` is consumed by `post_send`; the slot returns
+//!   to the free pool only when a completion covers it).
+//! * **Work requests.** The work request and scatter/gather structs live on the stack for the
+//!   duration of `ibv_post_*` (the provider copies them). wr_ids carry plain integers (link key,
+//!   slot, direction), never pointers, so a stale completion of a released link is recognised
+//!   by a failed table look-up and ignored.
+//! * **Events.** rdma_cm events are copied and acknowledged at once (`rdma_destroy_id` waits
+//!   for the acknowledgement of every event of its id); CQ events are acknowledged in batches
+//!   and before `ibv_destroy_cq`.
+//!
+//! # QP attributes
+//!
+//! `rnr_retry` 0 (credits guarantee a posted receive, so one RNR NAK is an error that must
+//! surface as `IBV_WC_RNR_RETRY_EXC_ERR`), `retry_cnt` 7, `min_rnr_timer` 12 (0.64 ms; rdma_cm
+//! would leave 0 = 655 ms), no RDMA READ resources, path MTU as rdma_cm derives it from the
+//! port (checked against the port's active MTU), inline sends up to the device's grant of 256
+//! requested bytes, one send and one receive WR per slot. The values the QP ends up with are
+//! logged at `debug` level ("verbs: QP attributes"). Details in the `qp` module.
+//!
+//! # Limits
+//!
+//! An endpoint uses one RDMA device (the one its first connection or listener resolved to).
+//! Registered memory counts against `RLIMIT_MEMLOCK`: each link registers two rings of
+//! `slot_count × slot_size` bytes; a failed registration says so and shows the current
+//! `ulimit -l`.
+
+mod cm;
+mod cq;
+mod device;
+mod endpoint;
+mod events;
+mod link;
+mod mr;
+mod qp;
+mod sys;
+#[cfg(test)]
+mod tests;
+
+pub use cq::VerbsCq;
+pub use endpoint::{verbs_device_for, VerbsAcceptor, VerbsEndpoint, HANDSHAKE_TIMEOUT};
+pub use link::{VerbsLink, VerbsRecv, VerbsSend};
+pub use qp::QpAttributes;

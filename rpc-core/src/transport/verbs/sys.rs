@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
@@ -63,7 +63,9 @@ pub(super) unsafe fn c_string(ptr: *const libc::c_char) -> String {
         return String::from("?");
     }
     // SAFETY: the caller guarantees a valid NUL-terminated string.
-    unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The current locked-memory limit (`RLIMIT_MEMLOCK`), soft value in bytes; `None` means
@@ -116,7 +118,9 @@ impl CSockAddr {
                 };
                 // SAFETY: sockaddr_storage is larger than and suitably aligned for
                 // sockaddr_in; we write one value into its start.
-                unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+                unsafe {
+                    std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin)
+                };
             }
             SocketAddr::V6(v6) => {
                 let sin6 = libc::sockaddr_in6 {
@@ -129,7 +133,9 @@ impl CSockAddr {
                     sin6_scope_id: v6.scope_id(),
                 };
                 // SAFETY: as above, for sockaddr_in6.
-                unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+                unsafe {
+                    std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6)
+                };
             }
         }
         CSockAddr { storage }
@@ -156,7 +162,10 @@ pub(super) unsafe fn socket_addr_from_c(ptr: *const libc::sockaddr) -> Option<So
             // SAFETY: AF_INET addresses are stored as sockaddr_in.
             let sin = unsafe { &*(ptr.cast::<libc::sockaddr_in>()) };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: AF_INET6 addresses are stored as sockaddr_in6.
@@ -171,11 +180,6 @@ pub(super) unsafe fn socket_addr_from_c(ptr: *const libc::sockaddr) -> Option<So
         }
         _ => None,
     }
-}
-
-/// Whether the address is the wildcard (`0.0.0.0` / `::`).
-pub(super) fn is_unspecified(ip: &IpAddr) -> bool {
-    ip.is_unspecified()
 }
 
 /// Puts a file descriptor into non-blocking mode.
@@ -254,10 +258,7 @@ pub(super) fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Res
     let ms: libc::c_int = match timeout {
         None => -1,
         // Round up so that a short timeout does not become a busy loop.
-        Some(d) => d
-            .as_micros()
-            .div_ceil(1000)
-            .min(libc::c_int::MAX as u128) as libc::c_int,
+        Some(d) => d.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
     };
     // SAFETY: `pfds` is a valid, exclusively borrowed array of `pfds.len()` pollfd entries.
     let ret = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };

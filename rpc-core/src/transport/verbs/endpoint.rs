@@ -1,0 +1,570 @@
+//! Endpoints: connecting (client), listening and accepting (server), and the device lookup
+//! the runtime uses to choose a transport.
+//!
+//! **Client.** `connect` uses a private event channel: resolve address, resolve route, create
+//! the link (QP, rings, every receive posted), `rdma_connect` with the HELLO as private data,
+//! and wait for ESTABLISHED, whose private data is the server's HELLO. The id then moves to the
+//! endpoint's link channel (see the events module).
+//!
+//! **Server.** `listen` binds and listens on its own channel. `accept` reads it: a
+//! CONNECT_REQUEST carries the client's HELLO; the link is built, `rdma_accept` answers with the
+//! server's HELLO, and the link is returned at ESTABLISHED (handshakes that do not finish within
+//! [`HANDSHAKE_TIMEOUT`] are dropped).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rdma_sys::rdma_cm_event_type;
+
+use super::cm::{CmEvent, CmId, ConnParam, EventChannel};
+use super::cq::{CqShared, DeviceRes, VerbsCq};
+use super::device::{context_name, DeviceList};
+use super::events::CmDispatcher;
+use super::link::{LinkInner, LinkParts, VerbsLink};
+use super::mr::Region;
+use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
+use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
+use crate::protocol::frame::{Hello, HELLO_LEN};
+use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig};
+use crate::Error;
+
+/// How long an accepted connection may take from CONNECT_REQUEST to ESTABLISHED.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`verbs_device_for`] waits for a remote address to resolve.
+const RESOLVE_PROBE: Duration = Duration::from_secs(2);
+/// Listen backlog.
+const BACKLOG: i32 = 128;
+
+/// Which RDMA device serves `addr`: `Some(device name)` if the address is local to an RDMA
+/// device (bind) or reachable through one (address resolution), `None` if there is no RDMA
+/// device, or none for that address. The wildcard address gives the first device.
+pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
+    let unavailable = |e: &Error| matches!(e, Error::TransportUnavailable { .. });
+    if addr.ip().is_unspecified() {
+        return match DeviceList::open() {
+            // SAFETY: contexts in a live DeviceList are open.
+            Ok(list) => Ok(list
+                .contexts()
+                .first()
+                .map(|&ctx| unsafe { context_name(ctx) })),
+            Err(e) if unavailable(&e) => Ok(None),
+            Err(e) => Err(e),
+        };
+    }
+    let channel = match EventChannel::new() {
+        Ok(channel) => channel,
+        Err(e) if unavailable(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let id = CmId::new(&channel)?;
+    let mut local = *addr;
+    local.set_port(0);
+    match id.bind(local) {
+        Ok(()) => {
+            let ctx = id.verbs();
+            if ctx.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: the bound id keeps its device context open.
+            return Ok(Some(unsafe { context_name(ctx) }));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
+        Err(e) if sys::is_no_device(&e) => return Ok(None),
+        Err(e) => return Err(sys::os_error("rdma_bind_addr", e)),
+    }
+    // Not a local address: is it reachable through an RDMA device?
+    drop(id);
+    let id = CmId::new(&channel)?;
+    let deadline = Instant::now() + RESOLVE_PROBE;
+    if let Err(e) = id.resolve_addr(*addr, timeout_ms(RESOLVE_PROBE)) {
+        tracing::debug!(%addr, error = %e, "verbs: address does not resolve");
+        return Ok(None);
+    }
+    match channel.get_until(deadline)? {
+        Some(ev) if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED => {
+            let ctx = id.verbs();
+            if ctx.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: the resolved id keeps its device context open.
+            Ok(Some(unsafe { context_name(ctx) }))
+        }
+        Some(ev) => {
+            tracing::debug!(%addr, event = %ev.describe(), "verbs: address does not resolve");
+            Ok(None)
+        }
+        None => {
+            tracing::debug!(%addr, "verbs: address resolution timed out");
+            Ok(None)
+        }
+    }
+}
+
+/// What the endpoint, its acceptors and its links share.
+#[derive(Clone)]
+struct Core {
+    list: Arc<Mutex<Arc<DeviceList>>>,
+    cq: Arc<CqShared>,
+    dispatcher: Arc<CmDispatcher>,
+    next_link_id: Arc<AtomicU64>,
+}
+
+impl Core {
+    fn ensure_device(&self, id: &CmId) -> Result<Arc<DeviceRes>, Error> {
+        self.cq.ensure_device(&self.list, id.verbs())
+    }
+
+    /// Builds a link on `id`: QP, rings, every receive posted.
+    fn build_link(
+        &self,
+        res: &Arc<DeviceRes>,
+        id: Arc<CmId>,
+        ring: RingConfig,
+        link_id: LinkId,
+        peer_name: String,
+    ) -> Result<Arc<LinkInner>, Error> {
+        let caps = res.device.caps();
+        if ring.slot_count > caps.max_qp_wr {
+            return Err(Error::InvalidConfig(format!(
+                "slot_count {} exceeds the {} work requests per queue that RDMA device {} allows",
+                ring.slot_count,
+                caps.max_qp_wr,
+                res.device.name()
+            )));
+        }
+        let reservation = res.cq.reserve(ring.slot_count.saturating_mul(2))?;
+        let recv = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
+        let send = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
+        let qp = Qp::new(id, &res.pd, &res.cq, ring.slot_count)?;
+        LinkInner::new(LinkParts {
+            qp,
+            recv,
+            send,
+            reservation,
+            id: link_id,
+            local_hello: ring.hello(),
+            peer_name,
+            cq: self.cq.clone(),
+            dispatcher: self.dispatcher.clone(),
+        })
+    }
+
+    fn port_mtu(res: &DeviceRes, id: &CmId) -> Option<u32> {
+        res.device
+            .port_attr(id.port_num())
+            .map(|attr| attr.active_mtu)
+            .ok()
+    }
+}
+
+fn conn_param(ring: &RingConfig) -> ConnParam {
+    ConnParam {
+        private_data: ring.hello().encode().to_vec(),
+        retry_count: RETRY_COUNT,
+        rnr_retry_count: RNR_RETRY,
+    }
+}
+
+/// The peer's HELLO from rdma_cm private data (which the CM may pad with zeros).
+fn peer_hello(private_data: &[u8]) -> Result<Hello, Error> {
+    if private_data.len() < HELLO_LEN {
+        return Err(Error::ProtocolViolation(format!(
+            "the peer sent {} bytes of connection private data, not a {HELLO_LEN}-byte HELLO",
+            private_data.len()
+        )));
+    }
+    Hello::decode(&private_data[..HELLO_LEN])
+}
+
+fn timed_out(what: &str, addr: SocketAddr, after: Duration) -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{what} {addr}: timed out after {after:?}"),
+    ))
+}
+
+/// One RDMA endpoint (a client or a server): one completion queue for all its links, one
+/// device, and an rdma_cm event thread.
+pub struct VerbsEndpoint {
+    core: Core,
+    cq: Arc<VerbsCq>,
+    acceptors: Mutex<Vec<Weak<AcceptorStop>>>,
+}
+
+impl VerbsEndpoint {
+    /// A new endpoint. Fails with [`Error::TransportUnavailable`] ("no RDMA device found; ...")
+    /// when libibverbs finds no device.
+    pub fn new() -> Result<Arc<VerbsEndpoint>, Error> {
+        let list = DeviceList::open()?;
+        let cq = CqShared::new()?;
+        let dispatcher = CmDispatcher::start(cq.clone())?;
+        Ok(Arc::new(VerbsEndpoint {
+            core: Core {
+                list: Arc::new(Mutex::new(list)),
+                cq: cq.clone(),
+                dispatcher,
+                next_link_id: Arc::new(AtomicU64::new(1)),
+            },
+            cq: Arc::new(VerbsCq::new(cq)),
+            acceptors: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// The completion queue of all this endpoint's links.
+    pub fn cq(&self) -> Arc<dyn CompletionQueue> {
+        self.cq.clone()
+    }
+
+    /// The RDMA device this endpoint uses, once a connection or listener chose it.
+    pub fn device_name(&self) -> Option<String> {
+        self.core
+            .cq
+            .device()
+            .map(|res| res.device.name().to_string())
+    }
+
+    /// Connects to a verbs server at `addr`. The link's receives are all posted before the
+    /// connection is established; its completions carry `link_id`. Completions may be reported
+    /// before this returns (the server may send as soon as it is established).
+    pub fn connect(
+        &self,
+        addr: SocketAddr,
+        ring: RingConfig,
+        link_id: LinkId,
+        timeout: Duration,
+    ) -> Result<Arc<dyn Link>, Error> {
+        Ok(self.connect_verbs(addr, ring, link_id, timeout)?)
+    }
+
+    /// [`VerbsEndpoint::connect`] with the concrete link type.
+    pub fn connect_verbs(
+        &self,
+        addr: SocketAddr,
+        ring: RingConfig,
+        link_id: LinkId,
+        timeout: Duration,
+    ) -> Result<Arc<VerbsLink>, Error> {
+        ring.validate()?;
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let channel = EventChannel::new()?;
+        let id = CmId::new(&channel)?;
+        let wait = |what: &str, expected| -> Result<CmEvent, Error> {
+            match channel.get_until(deadline)? {
+                Some(ev) if ev.kind == expected => Ok(ev),
+                Some(ev) => Err(Error::Verbs {
+                    call: "rdma_cm",
+                    reason: format!("{what} of {addr} failed: {}", ev.describe()),
+                }),
+                None => Err(timed_out(what, addr, start.elapsed())),
+            }
+        };
+        id.resolve_addr(addr, timeout_ms(remaining(deadline)))?;
+        wait(
+            "address resolution",
+            rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
+        )?;
+        id.resolve_route(timeout_ms(remaining(deadline)))?;
+        wait(
+            "route resolution",
+            rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED,
+        )?;
+        let res = self.core.ensure_device(&id)?;
+        let id = Arc::new(id);
+        let link = self
+            .core
+            .build_link(&res, id.clone(), ring, link_id, addr.to_string())?;
+        id.connect(&conn_param(&ring))?;
+        let ev = loop {
+            let Some(ev) = channel.get_until(deadline)? else {
+                return Err(timed_out("connecting to", addr, start.elapsed()));
+            };
+            match ev.kind {
+                rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED => break ev,
+                rdma_cm_event_type::RDMA_CM_EVENT_REJECTED => {
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        format!(
+                            "RDMA connection to {addr} rejected ({}; nothing listening there, or \
+                             the server refused our HELLO)",
+                            ev.describe()
+                        ),
+                    )));
+                }
+                rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_RESPONSE => {
+                    tracing::debug!("verbs: unexpected CONNECT_RESPONSE (no QP?)");
+                }
+                _ => {
+                    return Err(Error::Verbs {
+                        call: "rdma_connect",
+                        reason: format!("connecting to {addr} failed: {}", ev.describe()),
+                    })
+                }
+            }
+        };
+        let hello = match peer_hello(&ev.private_data) {
+            Ok(hello) => hello,
+            Err(e) => {
+                link.close_with("invalid HELLO from the server".into());
+                return Err(e);
+            }
+        };
+        link.set_peer_hello(hello);
+        link.qp().tune_and_log(Core::port_mtu(&res, &id));
+        self.core.dispatcher.adopt(&id, link.key())?;
+        tracing::debug!(
+            link = link_id,
+            %addr,
+            device = res.device.name(),
+            ?hello,
+            "verbs: connected"
+        );
+        Ok(Arc::new(VerbsLink::new(link)))
+    }
+
+    /// Listens on `addr` (a local RDMA address, or the wildcard). The acceptor assigns link
+    /// ids 1, 2, 3, ... (unique within this endpoint, as long as `connect` is not also given
+    /// ids from that range).
+    pub fn listen(&self, addr: SocketAddr, ring: RingConfig) -> Result<Box<dyn Acceptor>, Error> {
+        Ok(Box::new(self.listen_verbs(addr, ring)?))
+    }
+
+    /// [`VerbsEndpoint::listen`] with the concrete acceptor type.
+    pub fn listen_verbs(&self, addr: SocketAddr, ring: RingConfig) -> Result<VerbsAcceptor, Error> {
+        ring.validate()?;
+        let channel = EventChannel::new()?;
+        let id = CmId::new(&channel)?;
+        id.bind(addr).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                Error::InvalidAddress(format!("{addr}: not a local address"))
+            } else {
+                sys::os_error("rdma_bind_addr", e)
+            }
+        })?;
+        if !addr.ip().is_unspecified() {
+            if id.verbs().is_null() {
+                return Err(Error::TransportUnavailable {
+                    transport: "verbs",
+                    reason: format!("no RDMA device serves {}", addr.ip()),
+                });
+            }
+            self.core.ensure_device(&id)?;
+        }
+        id.listen(BACKLOG)?;
+        let local = id.local_addr().unwrap_or(addr);
+        let stop = Arc::new(AcceptorStop {
+            fd: EventFd::new()?,
+            stopped: AtomicBool::new(false),
+        });
+        {
+            let mut acceptors = self.acceptors.lock();
+            acceptors.retain(|a| a.strong_count() > 0);
+            acceptors.push(Arc::downgrade(&stop));
+        }
+        tracing::debug!(%local, "verbs: listening");
+        Ok(VerbsAcceptor {
+            core: self.core.clone(),
+            pending: HashMap::new(),
+            listen: id,
+            channel,
+            ring,
+            local,
+            stop,
+        })
+    }
+
+    /// Makes every acceptor of this endpoint return `Ok(None)` from `accept` (now, and from
+    /// then on). Dropping the endpoint does not do this: acceptors and links keep what they
+    /// need alive.
+    pub fn stop_accepting(&self) {
+        for stop in self.acceptors.lock().iter().filter_map(Weak::upgrade) {
+            stop.stop();
+        }
+    }
+}
+
+struct AcceptorStop {
+    fd: EventFd,
+    stopped: AtomicBool,
+}
+
+impl AcceptorStop {
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.fd.notify();
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+}
+
+struct Pending {
+    link: Arc<LinkInner>,
+    id: Arc<CmId>,
+    deadline: Instant,
+}
+
+/// Accepts verbs links on a listening cm id.
+pub struct VerbsAcceptor {
+    core: Core,
+    /// Accepted, not yet established, by cm id address. Dropped before the listener.
+    pending: HashMap<usize, Pending>,
+    listen: CmId,
+    channel: Arc<EventChannel>,
+    ring: RingConfig,
+    local: SocketAddr,
+    stop: Arc<AcceptorStop>,
+}
+
+impl VerbsAcceptor {
+    /// Makes `accept` return `Ok(None)` (now, and from then on).
+    pub fn stop(&self) {
+        self.stop.stop();
+    }
+
+    /// Handles a CONNECT_REQUEST: build the link and accept, or reject.
+    fn on_request(&mut self, mut ev: CmEvent) -> Result<(), Error> {
+        let Some(id) = ev.new_id.take() else {
+            return Err(Error::Verbs {
+                call: "rdma_get_cm_event",
+                reason: "CONNECT_REQUEST without an id".into(),
+            });
+        };
+        let id = Arc::new(id);
+        let peer = id
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "?".into());
+        let result = (|| {
+            let hello = peer_hello(&ev.private_data)?;
+            let res = self.core.ensure_device(&id)?;
+            let link_id = self.core.next_link_id.fetch_add(1, Ordering::Relaxed);
+            let link = self
+                .core
+                .build_link(&res, id.clone(), self.ring, link_id, peer.clone())?;
+            link.set_peer_hello(hello);
+            id.accept(&conn_param(&self.ring))?;
+            link.qp().tune_and_log(Core::port_mtu(&res, &id));
+            tracing::debug!(link = link_id, %peer, ?hello, "verbs: accepted, waiting for ESTABLISHED");
+            Ok(link)
+        })();
+        match result {
+            Ok(link) => {
+                self.pending.insert(
+                    id.addr(),
+                    Pending {
+                        link,
+                        id,
+                        deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+                    },
+                );
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "verbs: rejecting a connection");
+                id.reject();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Acceptor for VerbsAcceptor {
+    fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error> {
+        Ok(self
+            .accept_verbs(timeout)?
+            .map(|link| -> Arc<dyn Link> { link }))
+    }
+
+    fn local_addr(&self) -> String {
+        self.local.to_string()
+    }
+}
+
+impl VerbsAcceptor {
+    /// [`Acceptor::accept`] with the concrete link type.
+    pub fn accept_verbs(&mut self, timeout: Duration) -> Result<Option<Arc<VerbsLink>>, Error> {
+        let until = Instant::now() + timeout;
+        loop {
+            if self.stop.is_stopped() {
+                return Ok(None);
+            }
+            let now = Instant::now();
+            self.pending.retain(|_, p| {
+                let alive = p.deadline > now;
+                if !alive {
+                    tracing::debug!(link = p.link.id(), "verbs: handshake timed out");
+                }
+                alive
+            });
+            let wake_at = self
+                .pending
+                .values()
+                .map(|p| p.deadline)
+                .fold(until, Instant::min);
+            let ready = poll_readable(
+                &[self.channel.fd(), self.stop.fd.raw()],
+                Some(remaining(wake_at)),
+            )
+            .map_err(|e| sys::os_error("poll", e))?;
+            if ready[1] {
+                self.stop.fd.drain();
+            }
+            while let Some((ev, ())) = self.channel.try_get(|_| ())? {
+                match ev.kind {
+                    rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST => self.on_request(ev)?,
+                    rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED => {
+                        let Some(p) = self.pending.remove(&ev.id_addr) else {
+                            continue;
+                        };
+                        self.core.dispatcher.adopt(&p.id, p.link.key())?;
+                        tracing::debug!(link = p.link.id(), "verbs: link established");
+                        return Ok(Some(Arc::new(VerbsLink::new(p.link))));
+                    }
+                    rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL
+                        if ev.id_addr == self.listen.addr() =>
+                    {
+                        self.stop.stop();
+                        return Err(Error::TransportUnavailable {
+                            transport: "verbs",
+                            reason: "the listener's RDMA device was removed".into(),
+                        });
+                    }
+                    _ => {
+                        if let Some(p) = self.pending.remove(&ev.id_addr) {
+                            return Err(Error::Verbs {
+                                call: "rdma_accept",
+                                reason: format!(
+                                    "handshake with {} failed: {}",
+                                    p.link
+                                        .qp()
+                                        .id()
+                                        .peer_addr()
+                                        .map(|a| a.to_string())
+                                        .unwrap_or_default(),
+                                    ev.describe()
+                                ),
+                            });
+                        }
+                        tracing::debug!(event = %ev.describe(), "verbs: listener event ignored");
+                    }
+                }
+            }
+            if Instant::now() >= until {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+impl Drop for VerbsAcceptor {
+    fn drop(&mut self) {
+        self.pending.clear();
+        self.stop.stop();
+    }
+}

@@ -1,0 +1,465 @@
+//! A verbs link: one RC QP with a receive ring and a send ring, and the buffers handed to the
+//! runtime ([`VerbsRecv`], [`VerbsSend`]).
+//!
+//! **Receive ring.** `slot_count` slots of `slot_size` bytes in one registered region, all
+//! posted before the connection is established (the HELLO promises them to the peer). A RECV
+//! completion becomes a [`VerbsRecv`] that owns its slot; dropping it re-posts the slot and
+//! counts a credit for [`Link::take_reposted`]. Once the link is closing, dropped slots are
+//! simply released.
+//!
+//! **Send ring.** `slot_count` slots in one registered region; free slots sit in a lock-free
+//! queue. A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
+//! completion that covers it. Signalling is selective: every `signal_every`-th SEND is
+//! signalled, and so is every SEND posted while fewer than `signal_every` slots are free, so
+//! an exhausted pool always has a signalled SEND outstanding. WRs on an RC QP complete in
+//! order, so a signalled completion frees its own slot and every earlier unsignalled one
+//! (tracked in posting order in `SendState::inflight`). Frames of at most the QP's inline
+//! limit are sent inline.
+//!
+//! **wr_id.** bit 63: send (1) or receive (0); bits 32..63: the link's key in the CQ's link
+//! table; bits 0..32: the slot.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam::queue::ArrayQueue;
+use parking_lot::Mutex;
+use rdma_sys::ibv_send_flags;
+
+use super::cq::{CqShared, CqeReservation};
+use super::events::CmDispatcher;
+use super::mr::Region;
+use super::qp::{Qp, QpAttributes};
+use crate::protocol::frame::Hello;
+use crate::transport::{Link, LinkId, SendBuf, SendInner};
+use crate::Error;
+
+const SEND_BIT: u64 = 1 << 63;
+/// Largest link key (31 bits).
+pub(super) const MAX_KEY: u32 = (1 << 31) - 1;
+
+pub(super) fn wr_id(send: bool, key: u32, slot: u32) -> u64 {
+    let kind = if send { SEND_BIT } else { 0 };
+    kind | (u64::from(key & MAX_KEY) << 32) | u64::from(slot)
+}
+
+/// (is send, link key, slot).
+pub(super) fn decode_wr_id(wr_id: u64) -> (bool, u32, u32) {
+    (
+        wr_id & SEND_BIT != 0,
+        ((wr_id >> 32) as u32) & MAX_KEY,
+        wr_id as u32,
+    )
+}
+
+struct SendState {
+    /// Posted since the last signalled SEND.
+    unsignaled: u32,
+    /// Posted slots in posting order, not yet covered by a completion.
+    inflight: VecDeque<u32>,
+}
+
+/// Everything a link owns. Field order is drop order: the QP goes first (so the device stops
+/// using the rings and the cm id can be destroyed), then the rings, then the CQ reservation.
+pub(super) struct LinkInner {
+    qp: Qp,
+    recv: Region,
+    send: Region,
+    _reservation: CqeReservation,
+    key: u32,
+    id: LinkId,
+    free: ArrayQueue<u32>,
+    send_state: Mutex<SendState>,
+    reposted: AtomicU32,
+    closing: AtomicBool,
+    closed_reported: AtomicBool,
+    reason: Mutex<Option<String>>,
+    local_hello: Hello,
+    peer_hello: OnceLock<Hello>,
+    peer_name: String,
+    signal_every: u32,
+    cq: Arc<CqShared>,
+    dispatcher: Arc<CmDispatcher>,
+}
+
+/// What a link is built from.
+pub(super) struct LinkParts {
+    pub(super) qp: Qp,
+    pub(super) recv: Region,
+    pub(super) send: Region,
+    pub(super) reservation: CqeReservation,
+    pub(super) id: LinkId,
+    pub(super) local_hello: Hello,
+    pub(super) peer_name: String,
+    pub(super) cq: Arc<CqShared>,
+    pub(super) dispatcher: Arc<CmDispatcher>,
+}
+
+impl LinkInner {
+    /// Builds the link, registers it in the CQ's link table and posts every receive slot.
+    pub(super) fn new(parts: LinkParts) -> Result<Arc<LinkInner>, Error> {
+        let count = parts.send.count();
+        let free = ArrayQueue::new(count as usize);
+        for slot in 0..count {
+            // Cannot fail: the queue has room for every slot.
+            let _ = free.push(slot);
+        }
+        let signal_every = (count / 4).clamp(1, 16);
+        let key = parts.cq.next_key()?;
+        let link = Arc::new(LinkInner {
+            qp: parts.qp,
+            recv: parts.recv,
+            send: parts.send,
+            _reservation: parts.reservation,
+            key,
+            id: parts.id,
+            free,
+            send_state: Mutex::new(SendState {
+                unsignaled: 0,
+                inflight: VecDeque::with_capacity(count as usize),
+            }),
+            reposted: AtomicU32::new(0),
+            closing: AtomicBool::new(false),
+            closed_reported: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            local_hello: parts.local_hello,
+            peer_hello: OnceLock::new(),
+            peer_name: parts.peer_name,
+            signal_every,
+            cq: parts.cq,
+            dispatcher: parts.dispatcher,
+        });
+        link.cq.register(key, &link);
+        for slot in 0..link.recv.count() {
+            link.post_recv(slot)?;
+        }
+        tracing::debug!(
+            link = link.id,
+            key,
+            qp_num = link.qp.qp_num(),
+            slots = count,
+            slot_size = link.recv.slot_size(),
+            signal_every,
+            "verbs: link rings ready, receives posted"
+        );
+        Ok(link)
+    }
+
+    pub(super) fn key(&self) -> u32 {
+        self.key
+    }
+
+    pub(super) fn id(&self) -> LinkId {
+        self.id
+    }
+
+    pub(super) fn qp(&self) -> &Qp {
+        &self.qp
+    }
+
+    pub(super) fn set_peer_hello(&self, hello: Hello) {
+        let _ = self.peer_hello.set(hello);
+    }
+
+    fn peer_hello(&self) -> Hello {
+        *self.peer_hello.get().unwrap_or(&self.local_hello)
+    }
+
+    /// The largest frame this side may send: its own slot, and the peer's receive slot.
+    fn send_limit(&self) -> usize {
+        self.send
+            .slot_size()
+            .min(self.peer_hello().slot_size as usize)
+    }
+
+    fn post_recv(&self, slot: u32) -> Result<(), Error> {
+        self.qp.post_recv(
+            wr_id(false, self.key, slot),
+            self.recv.slot_addr(slot),
+            self.recv.slot_size() as u32,
+            self.recv.lkey(),
+        )
+    }
+
+    /// Gives a received slot back to the device (called when its VerbsRecv drops).
+    fn repost(&self, slot: u32) {
+        if self.is_closing() {
+            return;
+        }
+        match self.post_recv(slot) {
+            Ok(()) => {
+                self.reposted.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(e) => tracing::debug!(link = self.id, error = %e, "verbs: re-post failed"),
+        }
+    }
+
+    pub(super) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// Marks the link closing with `reason`; true if this call did it.
+    pub(super) fn begin_close(&self, reason: String) -> bool {
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        *self.reason.lock() = Some(reason);
+        true
+    }
+
+    pub(super) fn close_reason(&self) -> String {
+        self.reason
+            .lock()
+            .clone()
+            .unwrap_or_else(|| "closed".to_string())
+    }
+
+    /// Claims the right to report `Completion::Closed`; true exactly once.
+    pub(super) fn claim_closed_report(&self) -> bool {
+        !self.closed_reported.swap(true, Ordering::AcqRel)
+    }
+
+    pub(super) fn closed_reported(&self) -> bool {
+        self.closed_reported.load(Ordering::Acquire)
+    }
+
+    /// Moves the QP to the error state (flushing everything posted) and tells the peer.
+    pub(super) fn disconnect(&self) {
+        self.qp.id().disconnect();
+    }
+
+    /// Closes because of a cm event or a local request: the Closed completion follows through
+    /// the CQ's side queue.
+    pub(super) fn close_with(&self, reason: String) {
+        if self.begin_close(reason) {
+            self.disconnect();
+            self.cq.push_closed(self.key);
+        } else {
+            // Closing already (e.g. we closed first and this is the peer's answer): make sure
+            // the DREP goes out.
+            self.disconnect();
+        }
+    }
+
+    /// A completion covering send slot `slot`: frees it and every earlier unsignalled slot.
+    pub(super) fn sends_completed_through(&self, slot: u32) {
+        let mut state = self.send_state.lock();
+        if !state.inflight.contains(&slot) {
+            tracing::debug!(
+                link = self.id,
+                slot,
+                "verbs: completion for a slot not in flight"
+            );
+            return;
+        }
+        while let Some(s) = state.inflight.pop_front() {
+            let _ = self.free.push(s);
+            if s == slot {
+                break;
+            }
+        }
+    }
+
+    /// Builds the receive buffer handed up for a completed slot.
+    pub(super) fn recv_buf(self: &Arc<Self>, slot: u32) -> VerbsRecv {
+        VerbsRecv {
+            link: self.clone(),
+            slot,
+        }
+    }
+}
+
+impl Drop for LinkInner {
+    fn drop(&mut self) {
+        self.dispatcher.forget(self.qp.id().addr());
+        self.cq.unregister(self.key);
+        // The fields drop next, in order: the QP (rdma_destroy_qp discards all posted work,
+        // so the device no longer touches the rings), the cm id with it (rdma_destroy_id also
+        // disconnects an established connection), the rings (deregistered, freed), and the CQ
+        // reservation.
+        tracing::debug!(link = self.id, key = self.key, "verbs: link released");
+    }
+}
+
+/// A received frame's slot; the frame bytes are the first `len` bytes of [`VerbsRecv::bytes`].
+/// Dropping it re-posts the slot (or, on a closed link, just releases it).
+pub struct VerbsRecv {
+    link: Arc<LinkInner>,
+    slot: u32,
+}
+
+impl VerbsRecv {
+    /// The whole receive slot.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: this VerbsRecv owns the slot: it was created from the slot's completion and
+        // the slot is re-posted only when this value drops, so the device does not write to it
+        // while the returned borrow lives; nobody else takes a `&mut` to receive slots.
+        unsafe { self.link.recv.slot(self.slot) }
+    }
+}
+
+impl Drop for VerbsRecv {
+    fn drop(&mut self) {
+        self.link.repost(self.slot);
+    }
+}
+
+/// A free send slot, writable until it is posted. Dropping it unposted returns it to the pool.
+pub struct VerbsSend {
+    link: Arc<LinkInner>,
+    slot: u32,
+    posted: bool,
+}
+
+impl VerbsSend {
+    /// The slot, as long as the largest frame this link may send.
+    pub fn bytes(&self) -> &[u8] {
+        let limit = self.link.send_limit();
+        // SAFETY: this VerbsSend owns the slot: it left the free pool in alloc_send and goes
+        // back only when this value is posted-and-completed or dropped; the device does not
+        // read it before it is posted.
+        let slot = unsafe { self.link.send.slot(self.slot) };
+        &slot[..limit]
+    }
+
+    /// The slot, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let limit = self.link.send_limit();
+        // SAFETY: as for `bytes`; `&mut self` makes this the only borrow of the slot.
+        let slot = unsafe { self.link.send.slot_mut(self.slot) };
+        &mut slot[..limit]
+    }
+}
+
+impl Drop for VerbsSend {
+    fn drop(&mut self) {
+        if !self.posted {
+            let _ = self.link.free.push(self.slot);
+        }
+    }
+}
+
+/// The [`Link`] of the verbs transport.
+pub struct VerbsLink {
+    inner: Arc<LinkInner>,
+}
+
+impl VerbsLink {
+    pub(super) fn new(inner: Arc<LinkInner>) -> VerbsLink {
+        VerbsLink { inner }
+    }
+
+    /// The QP's attributes as the device reports them (RNR and retry settings, path MTU,
+    /// queue depths, inline limit).
+    pub fn qp_attributes(&self) -> Result<QpAttributes, Error> {
+        self.inner.qp().attributes()
+    }
+}
+
+impl Link for VerbsLink {
+    fn id(&self) -> LinkId {
+        self.inner.id
+    }
+
+    fn alloc_send(&self) -> Option<SendBuf> {
+        if self.inner.is_closing() {
+            return None;
+        }
+        let slot = self.inner.free.pop()?;
+        Some(SendBuf {
+            inner: SendInner::Verbs(VerbsSend {
+                link: self.inner.clone(),
+                slot,
+                posted: false,
+            }),
+        })
+    }
+
+    fn send_slot_size(&self) -> usize {
+        self.inner.send_limit()
+    }
+
+    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        let mut send = match buf.inner {
+            SendInner::Verbs(send) => send,
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(Error::Verbs {
+                    call: "ibv_post_send",
+                    reason: "the buffer was not allocated by a verbs link".into(),
+                })
+            }
+        };
+        let link = &self.inner;
+        if !Arc::ptr_eq(&send.link, link) {
+            return Err(Error::Verbs {
+                call: "ibv_post_send",
+                reason: "the buffer belongs to another link".into(),
+            });
+        }
+        let limit = link.send_limit();
+        if len > limit {
+            return Err(Error::FrameTooLarge {
+                len,
+                slot_size: limit,
+            });
+        }
+        if link.is_closing() {
+            return Err(Error::ConnectionClosed(link.close_reason()));
+        }
+        let mut state = link.send_state.lock();
+        let signal = state.unsignaled + 1 >= link.signal_every
+            || link.free.len() < link.signal_every as usize;
+        let mut flags = 0;
+        if signal {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if len > 0 && len <= link.qp.max_inline() as usize {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        link.qp.post_send(
+            wr_id(true, link.key, send.slot),
+            link.send.slot_addr(send.slot),
+            len as u32,
+            link.send.lkey(),
+            flags,
+        )?;
+        state.inflight.push_back(send.slot);
+        state.unsignaled = if signal { 0 } else { state.unsignaled + 1 };
+        send.posted = true;
+        Ok(())
+    }
+
+    fn take_reposted(&self) -> u32 {
+        self.inner.reposted.swap(0, Ordering::AcqRel)
+    }
+
+    fn local_hello(&self) -> Hello {
+        self.inner.local_hello
+    }
+
+    fn peer_hello(&self) -> Hello {
+        self.inner.peer_hello()
+    }
+
+    fn peer_name(&self) -> String {
+        self.inner.peer_name.clone()
+    }
+
+    fn close(&self) {
+        self.inner.close_with("closed locally".to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_wr_id_round_trips() {
+        for (send, key, slot) in [(true, 0, 0), (false, MAX_KEY, u32::MAX), (true, 12345, 77)] {
+            assert_eq!(decode_wr_id(wr_id(send, key, slot)), (send, key, slot));
+        }
+    }
+}
