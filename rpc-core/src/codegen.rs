@@ -9,6 +9,7 @@ pub use crate::request::{IntoRequest, Request};
 pub use crate::runtime::client::{Client, ResponseFuture};
 pub use crate::runtime::server::{IncomingRequest, ReplySink};
 pub use crate::status::{Code, Status};
+pub use crate::Error;
 pub use prost;
 
 /// The four RPC shapes of protobuf services.

@@ -50,9 +50,16 @@ const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
 
+/// How long completions of an unknown link are held for it to be registered, and how long
+/// the id of a closed link is remembered so its stragglers are dropped at once.
+const ORPHAN_TTL: Duration = Duration::from_secs(10);
+const RETIRED_TTL: Duration = Duration::from_secs(60);
+
 pub(crate) struct Endpoint {
     cq: Arc<dyn CompletionQueue>,
     links: RwLock<HashMap<LinkId, Arc<Conn>>>,
+    /// Links closed recently: their late completions are dropped, not held.
+    retired: parking_lot::Mutex<HashMap<LinkId, Instant>>,
     dispatch: Arc<dyn Dispatch>,
     pub(crate) counters: Arc<Counters>,
     stop: AtomicBool,
@@ -71,6 +78,7 @@ impl Endpoint {
         let ep = Arc::new(Endpoint {
             cq,
             links: RwLock::new(HashMap::new()),
+            retired: parking_lot::Mutex::new(HashMap::new()),
             dispatch,
             counters,
             stop: AtomicBool::new(false),
@@ -97,7 +105,7 @@ impl Endpoint {
 
     /// Tears a connection down and fails its calls.
     pub(crate) fn close_conn(&self, conn: &Arc<Conn>, reason: &str) {
-        self.links.write().remove(&conn.link.id());
+        self.retire(conn.link.id());
         conn.mark_closed();
         conn.fail_calls(reason);
     }
@@ -108,7 +116,17 @@ impl Endpoint {
         self.cq.wake();
     }
 
+    fn retire(&self, id: LinkId) -> Option<Arc<Conn>> {
+        let conn = self.links.write().remove(&id);
+        let mut retired = self.retired.lock();
+        let now = Instant::now();
+        retired.retain(|_, at| now.duration_since(*at) < RETIRED_TTL);
+        retired.insert(id, now);
+        conn
+    }
+
     fn run(self: Arc<Self>) {
+        let mut orphans = Orphans::default();
         let mut batch = Vec::with_capacity(32);
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
@@ -116,7 +134,10 @@ impl Endpoint {
         while !self.stop.load(Ordering::Acquire) {
             let n = self.cq.poll(&mut batch, 32);
             for c in batch.drain(..) {
-                self.handle(c);
+                self.route(c, &mut orphans);
+            }
+            if !orphans.held.is_empty() {
+                self.adopt_orphans(&mut orphans);
             }
             let now = Instant::now();
             let mut next_deadline = None;
@@ -163,19 +184,65 @@ impl Endpoint {
         earliest
     }
 
-    fn handle(&self, completion: Completion) {
+    /// Handles a completion, or holds it if its link is not registered yet: a transport may
+    /// deliver a peer's first frames before the acceptor has handed the link over.
+    fn route(&self, completion: Completion, orphans: &mut Orphans) {
+        let id = match &completion {
+            Completion::Recv { link, .. }
+            | Completion::SendDone { link }
+            | Completion::Closed { link, .. } => *link,
+        };
+        let known = self.links.read().get(&id).cloned();
+        match known {
+            Some(conn) => {
+                if let Some((_, held)) = orphans.held.remove(&id) {
+                    for c in held {
+                        self.handle(c, &conn);
+                    }
+                }
+                self.handle(completion, &conn);
+            }
+            None if self.retired.lock().contains_key(&id) => {}
+            None => orphans
+                .held
+                .entry(id)
+                .or_insert_with(|| (Instant::now(), Vec::new()))
+                .1
+                .push(completion),
+        }
+    }
+
+    fn adopt_orphans(&self, orphans: &mut Orphans) {
+        let now = Instant::now();
+        let ids: Vec<LinkId> = orphans.held.keys().copied().collect();
+        for id in ids {
+            let known = self.links.read().get(&id).cloned();
+            if let Some(conn) = known {
+                let (_, held) = orphans.held.remove(&id).expect("listed");
+                for c in held {
+                    self.handle(c, &conn);
+                }
+            } else if orphans.held[&id].0 + ORPHAN_TTL < now
+                || self.retired.lock().contains_key(&id)
+            {
+                orphans.held.remove(&id);
+            }
+        }
+    }
+
+    fn handle(&self, completion: Completion, conn: &Arc<Conn>) {
         match completion {
-            Completion::Recv { link, buf } => {
-                let Some(conn) = self.links.read().get(&link).cloned() else {
-                    return; // a frame of a link already torn down
-                };
+            Completion::Recv { buf, .. } => {
+                if conn.is_closed() {
+                    return;
+                }
                 self.counters.received(buf.len());
                 let event = conn.lock().on_frame(&buf, Instant::now());
                 match event {
                     Err(e) => {
                         tracing::warn!(peer = %conn.peer, error = %e, "protocol violation; disconnecting the peer");
                         drop(buf);
-                        self.close_conn(&conn, &e.to_string());
+                        self.close_conn(conn, &e.to_string());
                         return;
                     }
                     Ok(Event::None) => drop(buf),
@@ -189,9 +256,9 @@ impl Endpoint {
                         deadline,
                         body,
                     }) => {
-                        let payload = Payload::new(body, buf, &conn);
+                        let payload = Payload::new(body, buf, conn);
                         self.dispatch
-                            .request(&conn, id, method_id, deadline, payload);
+                            .request(conn, id, method_id, deadline, payload);
                     }
                     Ok(Event::Reject { id, status }) => {
                         drop(buf);
@@ -199,24 +266,24 @@ impl Endpoint {
                         conn.send_status(id, &status);
                     }
                     Ok(Event::Response { waiter, result, .. }) => {
-                        waiter.complete(result.map(|body| Payload::new(body, buf, &conn)));
+                        waiter.complete(result.map(|body| Payload::new(body, buf, conn)));
                     }
                 }
                 conn.credits_freed();
             }
-            Completion::SendDone { link } => {
-                if let Some(conn) = self.links.read().get(&link).cloned() {
-                    conn.credits_freed();
-                }
-            }
+            Completion::SendDone { .. } => conn.credits_freed(),
             Completion::Closed { link, reason } => {
-                let conn = self.links.write().remove(&link);
-                if let Some(conn) = conn {
-                    tracing::info!(peer = %conn.peer, %reason, "connection closed");
-                    conn.mark_closed();
-                    conn.fail_calls(&reason);
-                }
+                self.retire(link);
+                tracing::info!(peer = %conn.peer, %reason, "connection closed");
+                conn.mark_closed();
+                conn.fail_calls(&reason);
             }
         }
     }
+}
+
+/// Completions held for links not registered yet, with when the first arrived.
+#[derive(Default)]
+struct Orphans {
+    held: HashMap<LinkId, (Instant, Vec<Completion>)>,
 }
