@@ -75,6 +75,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Installs a `tracing` subscriber that logs to stderr, filtered by `RUST_LOG` (`info` when it
 /// is unset or invalid).
 pub fn init_tracing() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
 
     let filter = match std::env::var("RUST_LOG") {
@@ -84,9 +85,12 @@ pub fn init_tracing() {
         }),
         _ => EnvFilter::new("info"),
     };
+    // Colours only on a terminal, and not with NO_COLOR set (https://no-color.org).
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     // Fails only if a subscriber is already installed, which is then kept.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -167,7 +167,7 @@ fn main() -> ExitCode {
         }
     };
     let transport = client.transport_name();
-    let echo = EchoClient::new(client);
+    let echo = EchoClient::new(client.clone());
 
     let threads = args.concurrency as u64;
     let share = |i: u64| args.count / threads + u64::from(i < args.count % threads);
@@ -245,6 +245,11 @@ fn main() -> ExitCode {
         elapsed.as_secs_f64()
     );
     println!("  errors       {errors} failed, {mismatches} mismatched");
+    let counters = client.stats();
+    println!(
+        "  connection   {} calls, {} bytes sent, {} bytes received (frames, warm-up included)",
+        counters.calls, counters.bytes_sent, counters.bytes_received
+    );
 
     let missing = args.count.saturating_sub(attempted);
     if errors + mismatches > 0 || missing > 0 {

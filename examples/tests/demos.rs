@@ -1,0 +1,242 @@
+//! End-to-end checks of the demos over TCP on the loopback interface: the services through the
+//! generated stubs in-process, then the real binaries as separate processes.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rpc_core::codegen::Code;
+use rpc_core::TransportKind;
+use rpc_examples::calc::calculator_client::CalculatorClient;
+use rpc_examples::calc::calculator_server::CalculatorServer;
+use rpc_examples::calc::{DivideRequest, EvaluateRequest, MultiplyRequest};
+use rpc_examples::echo::echo_client::EchoClient;
+use rpc_examples::echo::echo_server::EchoServer;
+use rpc_examples::echo::EchoRequest;
+use rpc_examples::services::{CalculatorService, EchoService};
+
+fn tcp_client(addr: &str) -> rpc_core::Client {
+    rpc_core::Client::builder()
+        .transport(TransportKind::Tcp)
+        .timeout(Duration::from_secs(10))
+        .connect(addr)
+        .expect("connecting to the test server")
+}
+
+#[test]
+fn calculator_service_over_tcp() {
+    let server = rpc_core::Server::builder()
+        .add_service(CalculatorServer::new(CalculatorService))
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .expect("starting the calculator server");
+    assert_eq!(server.transport_name(), "tcp");
+    let calc = CalculatorClient::new(tcp_client(server.local_addr()));
+
+    assert_eq!(
+        calc.multiply(MultiplyRequest { a: 6, b: 7 }).unwrap().value,
+        42
+    );
+    let d = calc.divide(DivideRequest { a: -7, b: 2 }).unwrap();
+    assert_eq!((d.quotient, d.remainder), (-3, -1));
+    let status = calc.divide(DivideRequest { a: 1, b: 0 }).unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(status.message(), "division by zero: 1 / 0");
+
+    let eval = |s: &str| {
+        calc.evaluate(EvaluateRequest {
+            expression: s.to_owned(),
+        })
+    };
+    assert_eq!(eval("2 * (3 + 4) ^ 2").unwrap().value, 98.0);
+    let status = eval("2 + * 3").unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "syntax error at position 5: expected a number or '(', found '*'"
+    );
+    let hostile = "(".repeat(4000);
+    assert_eq!(eval(&hostile).unwrap_err().code(), Code::InvalidArgument);
+    server.shutdown();
+}
+
+#[test]
+fn echo_service_inline_over_tcp() {
+    let server = rpc_core::Server::builder()
+        .add_service_with(EchoServer::new(EchoService), rpc_core::Execution::Inline)
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .expect("starting the echo server");
+    let echo = EchoClient::new(tcp_client(server.local_addr()));
+    // Empty, small, and larger than one slot (segmented).
+    for size in [0usize, 1, 64, 4096, 100_000] {
+        let payload: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        let reply = echo
+            .echo(EchoRequest {
+                payload: payload.clone(),
+            })
+            .unwrap_or_else(|s| panic!("echo of {size} bytes: {s}"));
+        assert_eq!(reply.payload, payload, "echo of {size} bytes");
+    }
+    server.shutdown();
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("binding a probe socket")
+        .port()
+}
+
+/// Whether something listens on `addr`. A connection to a port of the ephemeral range that
+/// nobody listens on can succeed by connecting to itself (TCP simultaneous open, when the
+/// kernel happens to pick the same port as the source): such a connection does not count.
+fn accepts_connections(addr: &str) -> bool {
+    match std::net::TcpStream::connect(addr) {
+        Ok(stream) => stream.local_addr().ok() != stream.peer_addr().ok(),
+        Err(_) => false,
+    }
+}
+
+/// A demo server process, killed when dropped.
+struct ServerProcess(Child);
+
+impl ServerProcess {
+    fn start(binary: &str, addr: &str) -> ServerProcess {
+        let child = Command::new(binary)
+            .args(["--listen", addr, "--transport", "tcp"])
+            // Few log lines: stderr is only read if the server exits early.
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {binary}: {e}"));
+        let mut server = ServerProcess(child);
+        // Ready once it accepts connections.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !accepts_connections(addr) {
+            if let Ok(Some(status)) = server.0.try_wait() {
+                let mut log = String::new();
+                if let Some(mut stderr) = server.0.stderr.take() {
+                    let _ = stderr.read_to_string(&mut log);
+                }
+                panic!("{binary} exited with {status}:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{binary} did not start listening"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(binary: &str, args: &[&str]) -> Output {
+    Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {binary}: {e}"))
+}
+
+#[test]
+fn calculator_binaries() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _server = ServerProcess::start(env!("CARGO_BIN_EXE_calculator-server"), &addr);
+    let out = run(
+        env!("CARGO_BIN_EXE_calculator-client"),
+        &["--connect", &addr, "--transport", "tcp"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "calculator-client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "Add(7, 5) = 12",
+        "Divide(1, 0) -> INVALID_ARGUMENT: division by zero: 1 / 0",
+        "Evaluate(\"2 * (3 + 4) ^ 2\") = 98",
+        "Evaluate(\"2 + * 3\") -> INVALID_ARGUMENT: syntax error at position 5",
+        "calls returned what they should",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+}
+
+#[test]
+fn echo_binaries() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _server = ServerProcess::start(env!("CARGO_BIN_EXE_echo-server"), &addr);
+    let out = run(
+        env!("CARGO_BIN_EXE_echo-client"),
+        &[
+            "--connect",
+            &addr,
+            "--transport",
+            "tcp",
+            "--size",
+            "1k",
+            "--count",
+            "400",
+            "--concurrency",
+            "4",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "echo-client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "size         1024 bytes",
+        "count        400 calls",
+        "concurrency  4",
+        "transport    tcp",
+        "p99.9",
+        "calls/s",
+        "errors       0 failed, 0 mismatched",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+}
+
+#[test]
+fn bad_flags_are_rejected_with_status_2() {
+    let out = run(
+        env!("CARGO_BIN_EXE_echo-client"),
+        &["--concurrency", "zero"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value `zero` for --concurrency"),
+        "{stderr}"
+    );
+    let out = run(env!("CARGO_BIN_EXE_calculator-server"), &["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: calculator-server"));
+}
+
+#[test]
+fn clients_fail_cleanly_without_a_server() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let out = run(
+        env!("CARGO_BIN_EXE_calculator-client"),
+        &["--connect", &addr, "--transport", "tcp"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot connect"), "{stderr}");
+}
