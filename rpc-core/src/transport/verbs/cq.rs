@@ -529,11 +529,9 @@ impl CompletionQueue for VerbsCq {
                 return;
             }
         }
-        let mut fds = vec![shared.wake.raw()];
-        if let Some(res) = res {
-            fds.push(res.cq.channel.fd());
-        }
-        let ready = match poll_readable(&fds, timeout) {
+        let both = [shared.wake.raw(), res.map_or(-1, |res| res.cq.channel.fd())];
+        let fds = if res.is_some() { &both[..] } else { &both[..1] };
+        let ready = match poll_readable(fds, timeout) {
             Ok(ready) => ready,
             Err(e) => {
                 tracing::warn!(error = %e, "verbs: poll(2) failed");
@@ -543,7 +541,7 @@ impl CompletionQueue for VerbsCq {
         if ready[0] {
             shared.wake.drain();
         }
-        if let (Some(res), Some(true)) = (res, ready.get(1)) {
+        if let (Some(res), true) = (res, ready[1]) {
             loop {
                 let mut cq: *mut ibv_cq = std::ptr::null_mut();
                 let mut ctx: *mut libc::c_void = std::ptr::null_mut();

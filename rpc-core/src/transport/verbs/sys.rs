@@ -244,32 +244,45 @@ impl EventFd {
     }
 }
 
-/// `poll(2)` for readability of `fds`; returns which are readable (or hung up / in error).
-/// A timeout of `None` waits indefinitely; an interrupted call reports nothing readable.
-pub(super) fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+/// Most descriptors [`poll_readable`] takes.
+pub(super) const MAX_POLL_FDS: usize = 4;
+
+/// `poll(2)` for readability of up to [`MAX_POLL_FDS`] descriptors; returns which are readable
+/// (or hung up / in error), as `ready[i]`. A timeout of `None` waits indefinitely; an
+/// interrupted call reports nothing readable. No allocation: the poller calls this per sleep.
+pub(super) fn poll_readable(
+    fds: &[RawFd],
+    timeout: Option<Duration>,
+) -> io::Result<[bool; MAX_POLL_FDS]> {
+    assert!(fds.len() <= MAX_POLL_FDS, "too many descriptors to poll");
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; MAX_POLL_FDS];
+    for (p, &fd) in pfds.iter_mut().zip(fds) {
+        p.fd = fd;
+        p.events = libc::POLLIN;
+    }
     let ms: libc::c_int = match timeout {
         None => -1,
         // Round up so that a short timeout does not become a busy loop.
         Some(d) => d.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
     };
-    // SAFETY: `pfds` is a valid, exclusively borrowed array of `pfds.len()` pollfd entries.
-    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    // SAFETY: `pfds` is a valid, exclusively borrowed array of at least `fds.len()` entries.
+    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    let mut ready = [false; MAX_POLL_FDS];
     if ret < 0 {
         let err = io::Error::last_os_error();
         if err.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![false; fds.len()]);
+            return Ok(ready);
         }
         return Err(err);
     }
-    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+    for (r, p) in ready.iter_mut().zip(&pfds[..fds.len()]) {
+        *r = p.revents != 0;
+    }
+    Ok(ready)
 }
 
 /// Time left until `deadline` (zero once it passed).

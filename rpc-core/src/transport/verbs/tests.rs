@@ -705,3 +705,47 @@ fn verbs_two_host_exchange() {
         eprintln!("a: {FRAMES} frames echoed by b");
     }
 }
+
+/// A registration over `RLIMIT_MEMLOCK` names the limit and `ulimit -l`. Root with
+/// CAP_IPC_LOCK is exempt from the limit: run under
+/// `setpriv --bounding-set=-ipc_lock --inh-caps=-ipc_lock` to see it fail.
+#[test]
+fn verbs_memlock_limit_is_named() {
+    let _serial = SERIAL.lock();
+    let Some((ip, _)) = device() else { return };
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the valid `old`.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old) },
+        0
+    );
+    let low = libc::rlimit {
+        rlim_cur: 64 * 1024,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: setrlimit reads the valid `low`; lowering the soft limit is always allowed.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) }, 0);
+    let ep = VerbsEndpoint::new().unwrap();
+    // 2 rings of 64 × 8 KiB: far over 64 KiB. Nothing listens on port 9, so if registration
+    // succeeds (CAP_IPC_LOCK), the connection is refused instead.
+    let result = ep.connect(SocketAddr::new(ip, 9), ring(64, 8192), 1, STEP);
+    // SAFETY: restores the limit read above (raising back to at most the hard limit).
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &old) }, 0);
+    let err = match result {
+        Ok(_) => panic!("connected to a port nobody listens on"),
+        Err(e) => e.to_string(),
+    };
+    if err.contains("ibv_reg_mr") {
+        eprintln!("registration refused as expected: {err}");
+        assert!(err.contains("ulimit -l"), "{err}");
+        assert!(err.contains("64 KiB"), "{err}");
+        assert!(err.contains("RLIMIT_MEMLOCK"), "{err}");
+    } else {
+        eprintln!("registration was allowed (CAP_IPC_LOCK exempts from RLIMIT_MEMLOCK): {err}");
+    }
+    drop(ep);
+    assert_no_resources_left();
+}
