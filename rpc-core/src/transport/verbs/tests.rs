@@ -718,22 +718,22 @@ fn verbs_memlock_limit_is_named() {
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into the valid `old`.
-    assert_eq!(
-        unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old) },
-        0
-    );
+    let ret = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut old) };
+    assert_eq!(ret, 0);
     let low = libc::rlimit {
         rlim_cur: 64 * 1024,
         rlim_max: old.rlim_max,
     };
     // SAFETY: setrlimit reads the valid `low`; lowering the soft limit is always allowed.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) }, 0);
+    let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &low) };
+    assert_eq!(ret, 0);
     let ep = VerbsEndpoint::new().unwrap();
     // 2 rings of 64 × 8 KiB: far over 64 KiB. Nothing listens on port 9, so if registration
     // succeeds (CAP_IPC_LOCK), the connection is refused instead.
     let result = ep.connect(SocketAddr::new(ip, 9), ring(64, 8192), 1, STEP);
     // SAFETY: restores the limit read above (raising back to at most the hard limit).
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &old) }, 0);
+    let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &old) };
+    assert_eq!(ret, 0);
     let err = match result {
         Ok(_) => panic!("connected to a port nobody listens on"),
         Err(e) => e.to_string(),
