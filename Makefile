@@ -19,6 +19,9 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 VM := scripts/softroce-vm
+# Cargo features for every build and test: the verbs transport is what this project is about,
+# so it is built, linted and tested even while it is not a default feature of rpc-core.
+FEATURES ?= --features rpc-core/verbs
 # Seconds a VM run may take before it is killed.
 VM_TIMEOUT ?= 1800
 # The echo demo's load: `make demo ECHO_COUNT=100000`.
@@ -40,10 +43,10 @@ setup:
 	scripts/setup
 
 build:
-	$(CARGO) build --workspace
+	$(CARGO) build --workspace $(FEATURES)
 
 release:
-	$(CARGO) build --release -p rpc-examples --bins
+	$(CARGO) build --release -p rpc-examples --bins $(FEATURES)
 
 demo: setup release
 	@if compgen -G '/sys/class/infiniband/*' >/dev/null; then \
@@ -65,15 +68,15 @@ fmt-check:
 	$(CARGO) fmt --all --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 
 unit-test:
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace $(FEATURES)
 
 # The test executables, built on the host; one line per binary: target, package dir, path.
 test-list:
 	mkdir -p $(TARGET_DIR)
-	scripts/test-executables > $(TEST_LIST).tmp
+	scripts/test-executables $(FEATURES) > $(TEST_LIST).tmp
 	mv $(TEST_LIST).tmp $(TEST_LIST)
 	@echo "==> $$(wc -l < $(TEST_LIST)) test executables listed in $(TEST_LIST)"
 
@@ -81,7 +84,7 @@ test-verbs: setup test-list
 	$(VM) --timeout $(VM_TIMEOUT) -- scripts/verbs-tests $(TEST_LIST)
 
 test-verbs-2hosts: setup test-list
-	$(CARGO) build --workspace --bins
+	$(CARGO) build --workspace --bins $(FEATURES)
 	sync=$$(mktemp -d "$${TMPDIR:-/tmp}/rpc-2hosts.XXXXXX"); \
 	trap 'rm -rf "$$sync"' EXIT; \
 	$(VM) --hosts --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY \
