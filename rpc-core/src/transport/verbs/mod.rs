@@ -60,7 +60,7 @@
 //! # QP attributes
 //!
 //! `rnr_retry` 0 (credits guarantee a posted receive, so one RNR NAK is an error that must
-//! surface as `IBV_WC_RNR_RETRY_EXC_ERR`), `retry_cnt` 7, `min_rnr_timer` 12 (0.64 ms; rdma_cm
+//! surface as `IBV_WC_RNR_RETRY_EXC_ERR`), `retry_cnt` 6 (7 means "forever" to Soft-RoCE), `min_rnr_timer` 12 (0.64 ms; rdma_cm
 //! would leave 0 = 655 ms), no RDMA READ resources, path MTU as rdma_cm derives it from the
 //! port (checked against the port's active MTU), inline sends up to the device's grant of 256
 //! requested bytes, one send and one receive WR per slot. The values the QP ends up with are

@@ -4,7 +4,7 @@
 //! | attribute | value | why |
 //! |---|---|---|
 //! | `rnr_retry` | 0 (via `rdma_conn_param::rnr_retry_count`) | credits guarantee a posted receive for every SEND; a single RNR NAK means the protocol broke and must surface as `RNR_RETRY_EXC_ERR` at once instead of stalling |
-//! | `retry_cnt` | 7 (via `rdma_conn_param::retry_count`) | the transport retransmits lost packets up to 7 times before `RETRY_EXC_ERR` |
+//! | `retry_cnt` | 6 (via `rdma_conn_param::retry_count`) | the transport retransmits lost packets up to 6 times before `RETRY_EXC_ERR`; not 7, which Soft-RoCE (rdma_rxe) treats as *retry forever*, so a dead peer would never surface (measured: 20+ retries, no error) |
 //! | `min_rnr_timer` | 12 (0.64 ms), set with `ibv_modify_qp` RTS→RTS after establishment | rdma_cm leaves it at 0, which the spec maps to 655 ms; with `rnr_retry` 0 it is never waited for, but a value is chosen deliberately should anyone raise `rnr_retry` |
 //! | `max_rd_atomic` / `max_dest_rd_atomic` | 0 (`initiator_depth` / `responder_resources`) | no RDMA READ or atomics: every transfer is a two-sided SEND |
 //! | path MTU | what rdma_cm derives from the port / netdev (RoCE: the interface MTU) | checked against the port's `active_mtu` and logged; rdma_cm performs the RTR transition, so it cannot be chosen independently |
@@ -30,8 +30,10 @@ use crate::Error;
 const INLINE_REQUEST: u32 = 256;
 /// `min_rnr_timer` encoding 12 = 0.64 ms.
 pub(super) const MIN_RNR_TIMER: u8 = 12;
-/// Transport retries before RETRY_EXC_ERR.
-pub(super) const RETRY_COUNT: u8 = 7;
+/// Transport retries before RETRY_EXC_ERR. 7 is the largest value, but rdma_rxe treats 7 as
+/// infinite (it never decrements it), so a peer that stopped acknowledging would hang sends
+/// forever; 6 is the largest value that is finite everywhere.
+pub(super) const RETRY_COUNT: u8 = 6;
 /// RNR retries: none.
 pub(super) const RNR_RETRY: u8 = 0;
 

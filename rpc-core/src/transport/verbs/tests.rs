@@ -186,6 +186,17 @@ fn send(link: &Arc<dyn Link>, data: &[u8]) {
     link.post_send(buf, data.len()).expect("post_send");
 }
 
+/// The reason of the first Closed within `limit`, skipping everything else.
+fn closed_within(cq: &mut Cq, limit: Duration) -> Option<String> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(Completion::Closed { reason, .. }) = cq.next(Duration::from_secs(1)) {
+            return Some(reason);
+        }
+    }
+    None
+}
+
 /// Sends once a send slot is free, waiting for SendDone on `cq` while none is.
 fn send_when_free(link: &Arc<dyn Link>, cq: &mut Cq, data: &[u8]) {
     loop {
@@ -379,7 +390,7 @@ fn verbs_qp_attributes_are_deliberate() {
         eprintln!("{side}: {attrs:?}");
         assert_eq!(attrs.state, rdma_sys::ibv_qp_state::IBV_QPS_RTS, "{side}");
         assert_eq!(attrs.rnr_retry, 0, "{side}: one RNR NAK is an error");
-        assert_eq!(attrs.retry_cnt, 7, "{side}");
+        assert_eq!(attrs.retry_cnt, 6, "{side}: finite (7 is infinite on rxe)");
         assert_eq!(attrs.min_rnr_timer, 12, "{side}: not rdma_cm's 0 (655 ms)");
         assert_eq!(attrs.max_rd_atomic, 0, "{side}: no RDMA READ");
         assert_eq!(attrs.max_dest_rd_atomic, 0, "{side}: no RDMA READ");
@@ -748,4 +759,75 @@ fn verbs_memlock_limit_is_named() {
     }
     drop(ep);
     assert_no_resources_left();
+}
+
+/// Two guests: b stops sending anything (netem drops all its egress, so a's SENDs are never
+/// acknowledged). a's QP must give up after its retries with RETRY_EXC_ERR and report Closed;
+/// b learns of it through a's disconnect request. Nothing hangs.
+#[test]
+fn verbs_two_host_lost_acks_surface_as_retry_exceeded() {
+    let (Ok(host), Ok(peer)) = (
+        std::env::var("RPC_TEST_HOST"),
+        std::env::var("RPC_TEST_PEER"),
+    ) else {
+        eprintln!("skipping: not a two-host run (RPC_TEST_HOST/RPC_TEST_PEER unset)");
+        return;
+    };
+    let _serial = SERIAL.lock();
+    let Some((ip, _)) = device() else { return };
+    const PORT: u16 = 47412;
+    let netdev = std::env::var("RPC_TEST_NETDEV").unwrap_or_else(|_| "eth0".into());
+    let tc = |args: &str| {
+        let status = std::process::Command::new("tc")
+            .args(args.split(' '))
+            .status()
+            .expect("tc runs");
+        assert!(status.success(), "tc {args}");
+    };
+    let wait = Duration::from_secs(120);
+    if host == "b" {
+        let ep = VerbsEndpoint::new().unwrap();
+        let mut acceptor = ep.listen(SocketAddr::new(ip, PORT), ring(8, 256)).unwrap();
+        let link = acceptor.accept(wait).unwrap().expect("a's link");
+        let mut cq = Cq::new(ep.cq());
+        let (_, first) = cq.recv();
+        assert_eq!(&first[..], b"1");
+        drop(first);
+        send(&link, b"ok");
+        // Let "ok" leave (a acknowledges it; a waits 2 s before its next frame).
+        std::thread::sleep(Duration::from_millis(500));
+        // From now on, b's packets (ACKs included) are lost.
+        tc(&format!("qdisc add dev {netdev} root netem loss 100%"));
+        let reason =
+            closed_within(&mut cq, Duration::from_secs(90)).expect("b: Closed within 90 s");
+        tc(&format!("qdisc del dev {netdev} root"));
+        eprintln!("b: closed: {reason}");
+    } else {
+        let ep = VerbsEndpoint::new().unwrap();
+        let peer: IpAddr = peer.parse().unwrap();
+        let start = Instant::now();
+        let link = loop {
+            match ep.connect(SocketAddr::new(peer, PORT), ring(8, 256), 1, STEP) {
+                Ok(link) => break link,
+                Err(e) if start.elapsed() < wait => {
+                    eprintln!("a: connect: {e}; retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => panic!("a: could not connect: {e}"),
+            }
+        };
+        let mut cq = Cq::new(ep.cq());
+        send(&link, b"1");
+        let (_, ok) = cq.recv();
+        assert_eq!(&ok[..], b"ok");
+        drop(ok);
+        std::thread::sleep(Duration::from_secs(2)); // b installs its netem meanwhile
+        let start = Instant::now();
+        send(&link, b"2: never acknowledged");
+        let reason =
+            closed_within(&mut cq, Duration::from_secs(90)).expect("a: Closed within 90 s");
+        eprintln!("a: closed after {:?}: {reason}", start.elapsed());
+        assert!(reason.contains("retry"), "{reason}");
+        assert!(link.alloc_send().is_none());
+    }
 }
