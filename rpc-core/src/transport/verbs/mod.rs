@@ -66,6 +66,22 @@
 //! requested bytes, one send and one receive WR per slot. The values the QP ends up with are
 //! logged at `debug` level ("verbs: QP attributes"). Details in the `qp` module.
 //!
+//! # What the runtime can rely on (and must handle)
+//!
+//! * Every link reports exactly one `Completion::Closed` (error completion, peer disconnect,
+//!   device removal, or [`Link::close`](crate::transport::Link::close)), and nothing after
+//!   it. Frames that arrived before a disconnect are reported before its `Closed`.
+//! * Completions of a new link can be reported *before* `connect`/`accept` has returned it:
+//!   the peer may send as soon as its side is established. A Recv for an unknown link id is a
+//!   frame of a link about to be registered, not necessarily of one torn down.
+//! * `Link::close` moves the QP to the error state at once: SENDs still in flight are flushed,
+//!   not delivered. Close after the last frame's `SendDone` if it must arrive.
+//! * The acceptor assigns link ids 1, 2, 3, ...; `connect` uses the caller's id. Do not mix
+//!   both on one endpoint with overlapping ids.
+//! * A dead or silent peer surfaces as `RETRY_EXC_ERR` after 6 retransmissions (about 14 s
+//!   with the default ACK timeout on Soft-RoCE); a peer that sends without a credit surfaces as
+//!   `RNR_RETRY_EXC_ERR` on its own side at the first RNR NAK.
+//!
 //! # Limits
 //!
 //! An endpoint uses one RDMA device (the one its first connection or listener resolved to).
