@@ -1,5 +1,8 @@
 //! Integration-test support: code generated from the test protos.
 
+/// End-to-end scenarios shared by the TCP and verbs test suites.
+pub mod scenarios;
+
 /// The demo calculator service (`proto/calculator.proto`).
 pub mod calc {
     rpc_core::include_proto!("calc");

@@ -39,6 +39,8 @@ enum CallState {
 pub(crate) struct CallCell {
     state: Mutex<CallState>,
     ready: AtomicBool,
+    /// A thread is in [`CallCell::wait`] and will decode the reply at once.
+    thread_waiting: AtomicBool,
 }
 
 impl CallCell {
@@ -46,11 +48,21 @@ impl CallCell {
         Arc::new(CallCell {
             state: Mutex::new(CallState::Pending(None)),
             ready: AtomicBool::new(false),
+            thread_waiting: AtomicBool::new(false),
         })
     }
 
     /// Stores the outcome (first one wins) and wakes the waiter.
+    ///
+    /// A reply stays in its receive slot (zero-copy) only while a thread waits to decode it.
+    /// Otherwise (a future not being awaited yet) it is copied out and the slot released:
+    /// replies nobody consumes yet must not hold the receive ring, or the peer would run out
+    /// of credits for the replies that callers are waiting for.
     pub(crate) fn complete(&self, result: Result<Payload, Status>) {
+        let result = match result {
+            Ok(payload) if !self.thread_waiting.load(Ordering::Acquire) => Ok(payload.detach()),
+            other => other,
+        };
         let waiter = {
             let mut state = self.state.lock();
             let CallState::Pending(waiter) = &mut *state else {
@@ -82,6 +94,17 @@ impl CallCell {
     /// Blocks until the outcome is there or `deadline` passes (`None`). Spins for `spin`
     /// first: on a loaded 2-CPU machine a park/unpark round costs tens of microseconds.
     fn wait(&self, deadline: Option<Instant>, spin: Duration) -> Option<Result<Payload, Status>> {
+        self.thread_waiting.store(true, Ordering::Release);
+        let result = self.wait_inner(deadline, spin);
+        self.thread_waiting.store(false, Ordering::Release);
+        result
+    }
+
+    fn wait_inner(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+    ) -> Option<Result<Payload, Status>> {
         let spin_until = Instant::now() + spin;
         while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
             std::hint::spin_loop();

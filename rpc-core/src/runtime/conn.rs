@@ -208,6 +208,22 @@ impl Payload {
     }
 }
 
+impl Payload {
+    /// Copies a body out of its receive slot and releases the slot (and its credit).
+    pub(crate) fn detach(mut self) -> Payload {
+        if let PayloadData::Slot { buf, offset, len } = &self.data {
+            let owned = buf[*offset..offset + len].to_vec();
+            // Dropping the old data re-posts the slot; `Drop` then returns the credit.
+            let conn = self.conn.take();
+            self.data = PayloadData::Owned(owned);
+            if let Some(conn) = conn {
+                conn.credits_freed();
+            }
+        }
+        self
+    }
+}
+
 impl std::ops::Deref for Payload {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

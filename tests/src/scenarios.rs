@@ -1,0 +1,183 @@
+//! End-to-end scenarios over a real transport, shared by the TCP tests (run on any machine)
+//! and the verbs tests (run inside the Soft-RoCE VM). Each takes the address to serve on and
+//! the transport, starts its own server, and asserts what users rely on.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpc_core::{Client, Code, Request, RingConfig, Server, Status, TransportKind};
+
+use crate::testing::torture_client::TortureClient;
+use crate::testing::torture_server::{Torture, TortureServer};
+use crate::testing::{FailRequest, Nothing, Payload, SleepRequest};
+
+/// The test service.
+#[derive(Default)]
+pub struct TortureService {
+    /// Calls handled.
+    pub calls: Arc<AtomicUsize>,
+}
+
+impl Torture for TortureService {
+    fn echo(&self, request: Request<Payload>) -> Result<Payload, Status> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(request.into_inner())
+    }
+
+    fn sleep(&self, request: Request<SleepRequest>) -> Result<Nothing, Status> {
+        std::thread::sleep(Duration::from_millis(u64::from(request.get_ref().millis)));
+        Ok(Nothing {})
+    }
+
+    fn panic(&self, _: Request<Nothing>) -> Result<Nothing, Status> {
+        panic!("the Panic method panics, as asked");
+    }
+
+    fn fail(&self, request: Request<FailRequest>) -> Result<Nothing, Status> {
+        let r = request.into_inner();
+        Err(Status::new(Code::from_u32(r.code), r.message))
+    }
+}
+
+/// Ring used by the scenarios: small slots so segmentation is exercised.
+pub const RING: RingConfig = RingConfig {
+    slot_count: 32,
+    slot_size: 4096,
+    max_message_size: 4 << 20,
+};
+
+/// Starts a Torture server on `addr`.
+pub fn serve(addr: &str, transport: TransportKind) -> Server {
+    Server::builder()
+        .ring(RING)
+        .workers(4)
+        .add_service(TortureServer::new(TortureService::default()))
+        .serve(addr, transport)
+        .expect("server starts")
+}
+
+/// Connects a client to `server`.
+pub fn connect(server: &Server, transport: TransportKind) -> TortureClient {
+    let client = Client::builder()
+        .transport(transport)
+        .ring(RING)
+        .connect(server.local_addr())
+        .expect("client connects");
+    TortureClient::new(client)
+}
+
+/// A payload whose bytes depend on `id`, so a reply can be checked against its request.
+pub fn payload(id: u64, len: usize) -> Payload {
+    let seed = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    Payload {
+        id,
+        data: (0..len)
+            .map(|i| (seed >> ((i % 8) * 8)) as u8 ^ i as u8)
+            .collect(),
+    }
+}
+
+/// `threads` threads each keep `window` calls outstanding until each has made `per_thread`
+/// calls; every reply is compared with its request.
+pub fn concurrent_calls(client: &TortureClient, threads: usize, window: usize, per_thread: usize) {
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let client = client.clone();
+            s.spawn(move || {
+                let mut in_flight = std::collections::VecDeque::new();
+                for i in 0..per_thread {
+                    let id = (t * per_thread + i) as u64;
+                    // Sizes from 0 to beyond one slot, so some calls are segmented.
+                    let req = payload(id, (id as usize * 37) % 6000);
+                    in_flight.push_back((req.clone(), client.echo_async(req)));
+                    if in_flight.len() == window {
+                        let (req, fut) = in_flight.pop_front().unwrap();
+                        assert_eq!(fut.wait().expect("echo call"), req);
+                    }
+                }
+                for (req, fut) in in_flight {
+                    assert_eq!(fut.wait().expect("echo call"), req);
+                }
+            });
+        }
+    });
+}
+
+/// Sizes around the slot size, 1 MiB and the configured maximum round-trip; one byte more
+/// than the maximum gives RESOURCE_EXHAUSTED.
+pub fn message_sizes(client: &TortureClient) {
+    let slot = RING.slot_size as usize;
+    // Payload length whose encoded message (tags, lengths and id included) is `target` bytes.
+    let data_len_for = |target: usize| {
+        let overhead = prost::Message::encoded_len(&payload(7, target)) - target;
+        target - overhead
+    };
+    let max = RING.max_message_size as usize;
+    for target in [1 + 4, slot - 1, slot, slot + 1, 1 << 20, max] {
+        let req = payload(7, data_len_for(target));
+        assert_eq!(prost::Message::encoded_len(&req), target);
+        assert_eq!(
+            client.echo(req.clone()).expect("echo"),
+            req,
+            "{target} bytes"
+        );
+    }
+    let too_big = payload(7, data_len_for(max) + 1);
+    assert_eq!(prost::Message::encoded_len(&too_big), max + 1);
+    let err = client.echo(too_big).unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+}
+
+/// A call whose handler outlives its timeout fails with DEADLINE_EXCEEDED promptly, and the
+/// connection stays usable.
+pub fn deadline(client: &TortureClient) {
+    let t0 = Instant::now();
+    let err = client
+        .sleep(Request::new(SleepRequest { millis: 1000 }).with_timeout(Duration::from_millis(100)))
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t0.elapsed()
+    );
+    let req = payload(77, 10);
+    assert_eq!(client.echo(req.clone()).unwrap(), req);
+}
+
+/// Statuses cross the wire; a handler panic gives INTERNAL and the server keeps serving;
+/// streaming methods give UNIMPLEMENTED.
+pub fn statuses(client: &TortureClient) {
+    let err = client.panic(Nothing {}).unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err}");
+    let err = client
+        .fail(FailRequest {
+            code: Code::NotFound as u32,
+            message: "no such thing: ünïcode".to_string(),
+        })
+        .unwrap_err();
+    assert_eq!(err, Status::not_found("no such thing: ünïcode"));
+    let err = client.watch(payload(1, 1)).unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    let req = payload(5, 100);
+    assert_eq!(client.echo(req.clone()).unwrap(), req);
+}
+
+/// Stopping the server while calls are outstanding fails them with UNAVAILABLE, never a hang.
+pub fn server_stopped_mid_run(server: Server, client: &TortureClient) {
+    let slow: Vec<_> = (0..4)
+        .map(|_| client.sleep_async(SleepRequest { millis: 2000 }))
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    server.abort();
+    for f in slow {
+        let result = f.wait();
+        let err = result.expect_err("a call outstanding when the server stopped");
+        assert_eq!(err.code(), Code::Unavailable, "{err}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let err = client.echo(payload(1, 1)).unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+}
