@@ -325,7 +325,7 @@ impl Client {
         &self,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
-    ) -> Result<(Arc<Conn>, Arc<CallCell>, u64, Option<Instant>), Status> {
+    ) -> Result<Started, Status> {
         self.inner.counters.call();
         let conn = self.inner.conn()?;
         let timeout = request.timeout().or(self.inner.config.timeout);
@@ -350,7 +350,12 @@ impl Client {
             conn.core.lock().cancel_call(id);
             return Err(status);
         }
-        Ok((conn, cell, id, deadline))
+        Ok(Started {
+            conn,
+            cell,
+            id,
+            deadline,
+        })
     }
 
     fn finish<Resp: prost::Message + Default>(
@@ -378,22 +383,13 @@ impl Client {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        let (conn, cell, id, deadline) = match self.start(method, &request) {
-            Ok(started) => started,
-            Err(status) => return self.finish(Err(status)),
-        };
-        let result = match cell.wait(deadline, self.inner.config.spin) {
-            Some(r) => r,
-            None => match conn.core.lock().cancel_call(id) {
-                Some(_) => Err(Status::deadline_exceeded(format!(
-                    "{}: no response within the deadline",
-                    method.path
-                ))),
-                // The response (or a failure) arrived while the deadline passed.
-                None => cell.wait(None, Duration::ZERO).expect("completed"),
-            },
-        };
-        self.finish(result)
+        match self.start(method, &request) {
+            Ok(started) => {
+                let result = started.wait(self.inner.config.spin, method);
+                self.finish(result)
+            }
+            Err(status) => self.finish(Err(status)),
+        }
     }
 
     /// Starts a unary call and returns a future of its response. The future completes from
@@ -408,29 +404,45 @@ impl Client {
         Resp: prost::Message + Default,
     {
         let state = match self.start(method, &request) {
-            Ok((conn, cell, id, deadline)) => FutureState::Pending {
-                conn,
-                cell,
-                id,
-                deadline,
-            },
+            Ok(started) => FutureState::Pending(started),
             Err(status) => FutureState::Failed(Some(status)),
         };
         ResponseFuture {
             client: self.clone(),
+            method,
             state,
             _response: PhantomData,
         }
     }
 }
 
+/// A call in flight.
+struct Started {
+    conn: Arc<Conn>,
+    cell: Arc<CallCell>,
+    id: u64,
+    deadline: Option<Instant>,
+}
+
+impl Started {
+    /// Blocks for the outcome; at the deadline, withdraws the call.
+    fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Payload, Status> {
+        match self.cell.wait(self.deadline, spin) {
+            Some(r) => r,
+            None => match self.conn.core.lock().cancel_call(self.id) {
+                Some(_) => Err(Status::deadline_exceeded(format!(
+                    "{}: no response within the deadline",
+                    method.path
+                ))),
+                // The response (or a failure) arrived while the deadline passed.
+                None => self.cell.wait(None, Duration::ZERO).expect("completed"),
+            },
+        }
+    }
+}
+
 enum FutureState {
-    Pending {
-        conn: Arc<Conn>,
-        cell: Arc<CallCell>,
-        id: u64,
-        deadline: Option<Instant>,
-    },
+    Pending(Started),
     Failed(Option<Status>),
     Done,
 }
@@ -439,6 +451,7 @@ enum FutureState {
 /// executor, or [`ResponseFuture::wait`] for it. Dropping it cancels the call locally.
 pub struct ResponseFuture<Resp> {
     client: Client,
+    method: &'static MethodDescriptor,
     state: FutureState,
     _response: PhantomData<fn() -> Resp>,
 }
@@ -447,21 +460,8 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
     /// Blocks until the response arrives (or the call fails).
     pub fn wait(mut self) -> Result<Resp, Status> {
         match std::mem::replace(&mut self.state, FutureState::Done) {
-            FutureState::Pending {
-                conn,
-                cell,
-                id,
-                deadline,
-            } => {
-                let result = match cell.wait(deadline, self.client.inner.config.spin) {
-                    Some(r) => r,
-                    None => match conn.core.lock().cancel_call(id) {
-                        Some(_) => {
-                            Err(Status::deadline_exceeded("no response within the deadline"))
-                        }
-                        None => cell.wait(None, Duration::ZERO).expect("completed"),
-                    },
-                };
+            FutureState::Pending(started) => {
+                let result = started.wait(self.client.inner.config.spin, self.method);
                 self.client.finish(result)
             }
             FutureState::Failed(status) => self.client.finish(Err(status.expect("polled once"))),
@@ -476,8 +476,8 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let outcome = match &mut this.state {
-            FutureState::Pending { cell, .. } => {
-                let mut state = cell.state.lock();
+            FutureState::Pending(started) => {
+                let mut state = started.cell.state.lock();
                 match std::mem::replace(&mut *state, CallState::Taken) {
                     CallState::Ready(r) => r,
                     CallState::Pending(_) => {
@@ -497,8 +497,8 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
 
 impl<Resp> Drop for ResponseFuture<Resp> {
     fn drop(&mut self) {
-        if let FutureState::Pending { conn, id, .. } = &self.state {
-            conn.core.lock().cancel_call(*id);
+        if let FutureState::Pending(started) = &self.state {
+            started.conn.core.lock().cancel_call(started.id);
         }
     }
 }

@@ -141,7 +141,11 @@ impl ServerBuilder {
     pub fn serve(self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
         self.ring.validate()?;
         let routes = self.routes()?;
-        let (cq, acceptor, transport_name) = server_transport(addr, transport, self.ring)?;
+        let super::transport_select::ServerTransport {
+            cq,
+            acceptor,
+            name: transport_name,
+        } = server_transport(addr, transport, self.ring)?;
         let counters = Arc::new(Counters::default());
         let shared = Arc::new(Shared {
             routes,

@@ -131,15 +131,26 @@ pub(crate) fn client_transport(
     Ok((cq.clone(), Connector::Tcp(cq, sa)))
 }
 
+/// A server's bound transport.
+pub(crate) struct ServerTransport {
+    pub(crate) cq: Arc<dyn CompletionQueue>,
+    pub(crate) acceptor: Box<dyn Acceptor>,
+    pub(crate) name: &'static str,
+}
+
 pub(crate) fn server_transport(
     addr: &str,
     kind: TransportKind,
     ring: RingConfig,
-) -> Result<(Arc<dyn CompletionQueue>, Box<dyn Acceptor>, &'static str), Error> {
+) -> Result<ServerTransport, Error> {
     if let Some(name) = addr.strip_prefix("mem:") {
         let cq = ChannelCq::new();
         let acceptor = memory::MemoryAcceptor::bind(name, ring, cq.clone())?;
-        return Ok((cq, Box::new(acceptor), "memory"));
+        return Ok(ServerTransport {
+            cq,
+            acceptor: Box::new(acceptor),
+            name: "memory",
+        });
     }
     let sa = resolve(addr)?;
     if use_verbs(&sa, kind)? {
@@ -147,10 +158,18 @@ pub(crate) fn server_transport(
         {
             let ep = crate::transport::verbs::VerbsEndpoint::new()?;
             let acceptor = ep.listen(sa, ring)?;
-            return Ok((ep.cq(), acceptor, "verbs"));
+            return Ok(ServerTransport {
+                cq: ep.cq(),
+                acceptor,
+                name: "verbs",
+            });
         }
     }
     let cq = ChannelCq::new();
     let acceptor = tcp::TcpAcceptor::bind(sa, ring, cq.clone())?;
-    Ok((cq, Box::new(acceptor), "tcp"))
+    Ok(ServerTransport {
+        cq,
+        acceptor: Box::new(acceptor),
+        name: "tcp",
+    })
 }
