@@ -1,0 +1,326 @@
+//! The end-to-end scenarios over RDMA verbs. They need an RDMA device: `make test` runs them
+//! inside the Soft-RoCE VM (`scripts/softroce-vm`), where `RPC_TEST_VERBS=1` makes a missing
+//! device a failure. On a machine without a device and without that variable they skip.
+//! The tests whose names contain `two_host` run across two guests (`make test-verbs-2hosts`).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpc_core::protocol::frame::{FrameKind, Header, HEADER_LEN};
+use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
+use rpc_core::transport::{Completion, Link, RingConfig};
+use rpc_core::{Client, Code, TransportKind};
+use rpc_tests::scenarios::{self, connect, payload, serve, RING};
+use rpc_tests::testing::torture_client::TortureClient;
+use rpc_tests::testing::SleepRequest;
+
+const V: TransportKind = TransportKind::Verbs;
+
+/// The address to serve on, or `None` (test skipped) when no RDMA device serves it.
+fn verbs_addr() -> Option<String> {
+    let ip = std::env::var("RPC_TEST_VERBS_ADDR")
+        .ok()
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| "192.0.2.1".to_string());
+    let probe: SocketAddr = format!("{ip}:0")
+        .parse()
+        .expect("RPC_TEST_VERBS_ADDR is an IP");
+    match verbs_device_for(&probe) {
+        Ok(Some(_)) => Some(ip),
+        other => {
+            assert!(
+                std::env::var("RPC_TEST_VERBS").as_deref() != Ok("1"),
+                "RPC_TEST_VERBS=1 but no RDMA device serves {ip}: {other:?}"
+            );
+            eprintln!("skipped: no RDMA device serves {ip} (run inside scripts/softroce-vm)");
+            None
+        }
+    }
+}
+
+/// Sum of one hardware counter over all RDMA devices' port 1.
+fn hw_counter(name: &str) -> u64 {
+    let Ok(devs) = std::fs::read_dir("/sys/class/infiniband") else {
+        return 0;
+    };
+    devs.filter_map(|d| d.ok())
+        .filter_map(|d| {
+            std::fs::read_to_string(d.path().join("ports/1/hw_counters").join(name)).ok()
+        })
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn verbs_eight_threads_32_outstanding_10000_calls_each_without_rnr() {
+    let Some(ip) = verbs_addr() else { return };
+    let (rnr_rcvd, rnr_sent) = (hw_counter("rcvd_rnr_err"), hw_counter("send_rnr_err"));
+    let sent_pkts = hw_counter("sent_pkts");
+    let server = serve(&format!("{ip}:0"), V);
+    assert_eq!(server.transport_name(), "verbs");
+    let client = connect(&server, V);
+    assert_eq!(client.inner().transport_name(), "verbs");
+    let t0 = Instant::now();
+    scenarios::concurrent_calls(&client, 8, 32, 10_000);
+    eprintln!("80,000 verified calls over verbs in {:?}", t0.elapsed());
+    assert_eq!(client.inner().stats().errors, 0);
+    assert!(
+        hw_counter("sent_pkts") > sent_pkts,
+        "RDMA packets were sent"
+    );
+    assert_eq!(
+        hw_counter("rcvd_rnr_err"),
+        rnr_rcvd,
+        "no receiver-not-ready"
+    );
+    assert_eq!(
+        hw_counter("send_rnr_err"),
+        rnr_sent,
+        "no receiver-not-ready"
+    );
+}
+
+#[test]
+fn verbs_message_sizes_deadline_statuses() {
+    let Some(ip) = verbs_addr() else { return };
+    let server = serve(&format!("{ip}:0"), V);
+    let client = connect(&server, V);
+    scenarios::message_sizes(&client);
+    scenarios::deadline(&client);
+    scenarios::statuses(&client);
+}
+
+#[test]
+fn verbs_server_stopped_mid_run_gives_unavailable() {
+    let Some(ip) = verbs_addr() else { return };
+    let server = serve(&format!("{ip}:0"), V);
+    let client = connect(&server, V);
+    scenarios::server_stopped_mid_run(server, &client);
+}
+
+/// Serves the Torture service at `RPC_TEST_CHILD_ADDR` until killed: the server process of
+/// the kill -9 test (run by it; does nothing on its own).
+#[test]
+#[ignore = "the server process of verbs_kill_9_of_the_server"]
+fn verbs_child_server() {
+    let Ok(addr) = std::env::var("RPC_TEST_CHILD_ADDR") else {
+        return;
+    };
+    let _server = serve(&addr, V);
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+fn spawn_server_process(addr: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "verbs_child_server", "--ignored", "--nocapture"])
+        .env("RPC_TEST_CHILD_ADDR", addr)
+        .spawn()
+        .expect("spawn the server process")
+}
+
+fn connect_with_retry(addr: &str) -> TortureClient {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::builder().transport(V).ring(RING).connect(addr) {
+            Ok(c) => return TortureClient::new(c),
+            Err(e) if Instant::now() < until => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("server at {addr} never came up: {e}"),
+        }
+    }
+}
+
+#[test]
+fn verbs_kill_9_of_the_server_fails_calls_promptly_and_the_client_reconnects() {
+    let Some(ip) = verbs_addr() else { return };
+    let addr = format!("{ip}:{}", 20_000 + std::process::id() % 20_000);
+    let mut child = spawn_server_process(&addr);
+    let client = connect_with_retry(&addr);
+    let req = payload(1, 100);
+    assert_eq!(client.echo(req.clone()).unwrap(), req);
+    let slow: Vec<_> = (0..4)
+        .map(|_| client.sleep_async(SleepRequest { millis: 20_000 }))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    child.kill().expect("kill -9 the server");
+    child.wait().unwrap();
+    for f in slow {
+        let err = f.wait().expect_err("outstanding call of a killed server");
+        assert_eq!(err.code(), Code::Unavailable, "{err}");
+    }
+    let failed_after = t0.elapsed();
+    eprintln!("outstanding calls failed {failed_after:?} after kill -9");
+    assert!(failed_after < Duration::from_secs(10), "{failed_after:?}");
+    // The server comes back on the same address; the same client reconnects.
+    let mut child = spawn_server_process(&addr);
+    let until = Instant::now() + Duration::from_secs(30);
+    let reply = loop {
+        match client.echo(req.clone()) {
+            Ok(r) => break r,
+            Err(e) if Instant::now() < until => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("never reconnected: {e}"),
+        }
+    };
+    assert_eq!(reply, req);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A hostile peer speaking raw frames over its own verbs link: it gets UNIMPLEMENTED and
+/// RESOURCE_EXHAUSTED answers where the framing is valid, and is disconnected where it is
+/// not, while a good client beside it sees nothing.
+#[test]
+fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
+    let Some(ip) = verbs_addr() else { return };
+    let server = serve(&format!("{ip}:0"), V);
+    let server_addr: SocketAddr = server.local_addr().parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = {
+        let client = connect(&server, V);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let req = payload(n, (n as usize * 97) % 9000);
+                assert_eq!(client.echo(req.clone()).expect("good client's call"), req);
+                n += 1;
+            }
+            n
+        })
+    };
+
+    let ep = VerbsEndpoint::new().unwrap();
+    let cq = ep.cq();
+    let ring = RingConfig {
+        slot_count: 8,
+        slot_size: 4096,
+        max_message_size: 1 << 20,
+    };
+    let mut next_id = 1;
+    let mut raw = |frames: &[Vec<u8>]| -> Arc<dyn Link> {
+        let link = ep
+            .connect(server_addr, ring, next_id, Duration::from_secs(10))
+            .unwrap();
+        next_id += 1;
+        for f in frames {
+            let mut slot = link.alloc_send().expect("a free send slot");
+            slot[..f.len()].copy_from_slice(f);
+            link.post_send(slot, f.len()).unwrap();
+        }
+        link
+    };
+    // Waits for the next RESPONSE on `link` (returning its status code) or for its closure.
+    let next_event = |link: &Arc<dyn Link>| -> Result<u32, String> {
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut out = Vec::new();
+        while Instant::now() < until {
+            cq.wait(Some(Duration::from_millis(50)));
+            cq.poll(&mut out, 16);
+            for c in out.drain(..) {
+                match c {
+                    Completion::Recv { link: l, buf } if l == link.id() => {
+                        let h = Header::decode(&buf).unwrap();
+                        if h.kind == FrameKind::Response {
+                            return Ok(h.code);
+                        }
+                    }
+                    Completion::Closed { link: l, reason } if l == link.id() => return Err(reason),
+                    _ => {}
+                }
+            }
+        }
+        panic!("neither a response nor a disconnect within 20 s");
+    };
+    let frame = |h: Header, payload: &[u8]| {
+        let mut f = vec![0u8; HEADER_LEN + payload.len()];
+        h.encode(&mut f);
+        f[HEADER_LEN..].copy_from_slice(payload);
+        f
+    };
+    let request = |id: u64, method: u32, total: u32, payload: &[u8]| {
+        frame(
+            Header {
+                kind: FrameKind::Request,
+                credits: 0,
+                request_id: id,
+                code: method,
+                timeout_us: 0,
+                message_len: total,
+                segment_offset: 0,
+                segment_len: payload.len() as u32,
+            },
+            payload,
+        )
+    };
+
+    // Unknown method: answered, connection kept.
+    let link = raw(&[request(1, 0xdead_beef, 2, b"hi")]);
+    assert_eq!(next_event(&link), Ok(Code::Unimplemented as u32));
+    // A 4 GiB message declared in a valid first segment: refused before any allocation.
+    let link = raw(&[request(2, 0x1234_5678, u32::MAX, &[0u8; 64])]);
+    assert_eq!(next_event(&link), Ok(Code::ResourceExhausted as u32));
+    // Garbage, a truncated frame, a declared segment beyond what arrived: disconnected.
+    for bad in [
+        vec![0x5a; 300],
+        request(3, 1, 10, b"0123456789")[..25].to_vec(),
+        {
+            let mut f = request(4, 1, 4000, &[1u8; 100]);
+            f[32..36].copy_from_slice(&4000u32.to_le_bytes());
+            f
+        },
+    ] {
+        let link = raw(&[bad]);
+        assert!(
+            next_event(&link).is_err(),
+            "the server disconnects the peer"
+        );
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    let calls = good.join().expect("the good client never failed");
+    assert!(calls > 0);
+    server.shutdown();
+}
+
+/// Two guests: b serves, a calls across the wire (run by `make test-verbs-2hosts`).
+#[test]
+fn verbs_two_host_calls_across_the_wire() {
+    let (Ok(host), Ok(peer)) = (
+        std::env::var("RPC_TEST_HOST"),
+        std::env::var("RPC_TEST_PEER"),
+    ) else {
+        eprintln!("skipped: runs on two hosts under scripts/softroce-vm --hosts");
+        return;
+    };
+    let Some(ip) = verbs_addr() else { return };
+    const PORT: u16 = 19_876;
+    if host == "b" {
+        let server = serve(&format!("{ip}:{PORT}"), V);
+        // Serve until a's scenarios have come and gone.
+        let until = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(200));
+            let stats = server.stats();
+            if stats.calls >= 2_000 && server.connections() == 0 {
+                break;
+            }
+        }
+        assert!(server.stats().calls >= 2_000, "a never completed its calls");
+    } else {
+        let client = connect_with_retry(&format!("{peer}:{PORT}"));
+        scenarios::concurrent_calls(&client, 4, 16, 500);
+        scenarios::message_sizes(&client);
+        scenarios::statuses(&client);
+    }
+}
