@@ -187,7 +187,9 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a blocking call spins before it parks its thread (default 50 µs).
+    /// How long a blocking call polls for its reply on its own thread before it parks and
+    /// leaves polling to the poller thread (default 50 µs). Polling on the caller's thread
+    /// saves the wake-up of another thread per reply; `Duration::ZERO` always parks.
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self
@@ -351,6 +353,7 @@ impl Client {
             return Err(status);
         }
         Ok(Started {
+            endpoint: Arc::clone(&self.inner.endpoint),
             conn,
             cell,
             id,
@@ -418,6 +421,7 @@ impl Client {
 
 /// A call in flight.
 struct Started {
+    endpoint: Arc<Endpoint>,
     conn: Arc<Conn>,
     cell: Arc<CallCell>,
     id: u64,
@@ -425,9 +429,12 @@ struct Started {
 }
 
 impl Started {
-    /// Blocks for the outcome; at the deadline, withdraws the call.
+    /// Blocks for the outcome; at the deadline, withdraws the call. For up to `spin` the
+    /// calling thread polls the completion queue itself, so the reply needs no wake-up of
+    /// another thread; then it parks and leaves polling to the poller thread.
     fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Payload, Status> {
-        match self.cell.wait(self.deadline, spin) {
+        self.drive(spin);
+        match self.cell.wait(self.deadline, Duration::ZERO) {
             Some(r) => r,
             None => match self.conn.core.lock().cancel_call(self.id) {
                 Some(_) => Err(Status::deadline_exceeded(format!(
@@ -438,6 +445,29 @@ impl Started {
                 None => self.cell.wait(None, Duration::ZERO).expect("completed"),
             },
         }
+    }
+}
+
+impl Started {
+    fn drive(&self, spin: Duration) {
+        if spin.is_zero() {
+            return;
+        }
+        let until = Instant::now() + spin;
+        let until = self.deadline.map_or(until, |d| d.min(until));
+        self.cell.thread_waiting.store(true, Ordering::Release);
+        self.endpoint.start_driving();
+        while !self.cell.ready.load(Ordering::Acquire) {
+            if self.endpoint.poll_once().is_some_and(|n| n > 0) {
+                continue;
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        self.endpoint.stop_driving();
+        self.cell.thread_waiting.store(false, Ordering::Release);
     }
 }
 

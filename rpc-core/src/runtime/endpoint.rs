@@ -7,7 +7,7 @@
 //! call deadline, so futures time out without a timer thread.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -60,6 +60,12 @@ pub(crate) struct Endpoint {
     links: RwLock<HashMap<LinkId, Arc<Conn>>>,
     /// Links closed recently: their late completions are dropped, not held.
     retired: parking_lot::Mutex<HashMap<LinkId, Instant>>,
+    /// Whoever holds this polls the completion queue: the poller thread, or a caller that
+    /// drives completions itself while it waits (no thread hand-off on the reply path).
+    polling: parking_lot::Mutex<PollState>,
+    /// Callers currently driving; while there are any, the poller thread stands back.
+    drivers: AtomicUsize,
+    poller_thread: std::sync::OnceLock<std::thread::Thread>,
     dispatch: Arc<dyn Dispatch>,
     pub(crate) counters: Arc<Counters>,
     stop: AtomicBool,
@@ -79,6 +85,12 @@ impl Endpoint {
             cq,
             links: RwLock::new(HashMap::new()),
             retired: parking_lot::Mutex::new(HashMap::new()),
+            polling: parking_lot::Mutex::new(PollState {
+                orphans: Orphans::default(),
+                batch: Vec::with_capacity(32),
+            }),
+            drivers: AtomicUsize::new(0),
+            poller_thread: std::sync::OnceLock::new(),
             dispatch,
             counters,
             stop: AtomicBool::new(false),
@@ -88,6 +100,7 @@ impl Endpoint {
         let handle = std::thread::Builder::new()
             .name(format!("rpc-poller-{name}"))
             .spawn(move || runner.run())?;
+        let _ = ep.poller_thread.set(handle.thread().clone());
         Ok((ep, handle))
     }
 
@@ -125,20 +138,52 @@ impl Endpoint {
         conn
     }
 
+    /// Polls and handles one batch of completions, unless another thread is polling
+    /// (`None`). Returns how many completions were handled.
+    pub(crate) fn poll_once(&self) -> Option<usize> {
+        let mut state = self.polling.try_lock()?;
+        let PollState { orphans, batch } = &mut *state;
+        let n = self.cq.poll(batch, 32);
+        for c in batch.drain(..) {
+            self.route(c, orphans);
+        }
+        if !orphans.held.is_empty() {
+            self.adopt_orphans(orphans);
+        }
+        Some(n)
+    }
+
+    /// A caller starts driving completions itself.
+    pub(crate) fn start_driving(&self) {
+        self.drivers.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A caller stops driving; the last one hands polling back to the poller thread.
+    pub(crate) fn stop_driving(&self) {
+        if self.drivers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(t) = self.poller_thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
     fn run(self: Arc<Self>) {
-        let mut orphans = Orphans::default();
-        let mut batch = Vec::with_capacity(32);
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
         let mut expired = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
-            let n = self.cq.poll(&mut batch, 32);
-            for c in batch.drain(..) {
-                self.route(c, &mut orphans);
+            if self.drivers.load(Ordering::Acquire) > 0 {
+                // A caller polls; stay off the CPU (and the CQ) until it stops.
+                std::thread::park_timeout(DEADLINE_TICK);
+                let now = Instant::now();
+                if now >= next_tick {
+                    self.expire(now, &mut expired);
+                    next_tick = now + DEADLINE_TICK;
+                }
+                last_work = now;
+                continue;
             }
-            if !orphans.held.is_empty() {
-                self.adopt_orphans(&mut orphans);
-            }
+            let n = self.poll_once().unwrap_or(0);
             let now = Instant::now();
             let mut next_deadline = None;
             if now >= next_tick {
@@ -280,6 +325,12 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// What the thread polling the completion queue works with.
+struct PollState {
+    orphans: Orphans,
+    batch: Vec<Completion>,
 }
 
 /// Completions held for links not registered yet, with when the first arrived.
