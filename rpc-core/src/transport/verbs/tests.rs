@@ -763,7 +763,7 @@ fn verbs_memlock_limit_is_named() {
 
 /// Two guests: b stops sending anything (netem drops all its egress, so a's SENDs are never
 /// acknowledged). a's QP must give up after its retries with RETRY_EXC_ERR and report Closed;
-/// b learns of it through a's disconnect request. Nothing hangs.
+/// so must b's, whose own SEND is lost too. Nothing hangs.
 #[test]
 fn verbs_two_host_lost_acks_surface_as_retry_exceeded() {
     let (Ok(host), Ok(peer)) = (
@@ -798,6 +798,9 @@ fn verbs_two_host_lost_acks_surface_as_retry_exceeded() {
         std::thread::sleep(Duration::from_millis(500));
         // From now on, b's packets (ACKs included) are lost.
         tc(&format!("qdisc add dev {netdev} root netem loss 100%"));
+        // b's own SEND cannot be acknowledged either (it never leaves): b's QP must give up
+        // by itself, whether or not a's disconnect request gets through.
+        send(&link, b"3: lost on the wire");
         let reason =
             closed_within(&mut cq, Duration::from_secs(90)).expect("b: Closed within 90 s");
         tc(&format!("qdisc del dev {netdev} root"));
