@@ -328,6 +328,7 @@ impl Client {
         method: &'static MethodDescriptor,
         request: &Request<Req>,
     ) -> Result<Started, Status> {
+        let _span = tracing::trace_span!("call", method = method.path).entered();
         self.inner.counters.call();
         let conn = self.inner.conn()?;
         let timeout = request.timeout().or(self.inner.config.timeout);

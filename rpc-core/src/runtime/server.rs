@@ -260,6 +260,8 @@ impl Dispatch for Shared {
 
 fn run_handler(service: &dyn Service, index: usize, request: IncomingRequest, reply: ReplySink) {
     let path = request.method.path;
+    let _span = tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer)
+        .entered();
     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
         let what = panic
             .downcast_ref::<&str>()
