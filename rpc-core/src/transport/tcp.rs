@@ -192,9 +192,11 @@ pub(crate) fn connect(
 }
 
 /// A listening TCP socket that hands out established links. Accepting and each handshake
-/// run on threads of their own, so a peer that connects and stays silent delays nobody.
+/// run on threads of their own, so a peer that connects and stays silent delays nobody. The
+/// accept thread blocks in `accept` (no CPU while idle); dropping the acceptor wakes it with
+/// a connection of its own.
 pub(crate) struct TcpAcceptor {
-    local_addr: String,
+    local_addr: SocketAddr,
     links: Receiver<Result<Arc<dyn Link>, Error>>,
     stop: Arc<AtomicBool>,
 }
@@ -207,8 +209,7 @@ impl TcpAcceptor {
     ) -> Result<TcpAcceptor, Error> {
         ring.validate()?;
         let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        let local_addr = listener.local_addr()?.to_string();
+        let local_addr = listener.local_addr()?;
         let (tx, rx) = channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
@@ -231,30 +232,28 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
 ) {
     let mut next_id: LinkId = 1;
-    while !stop.load(Ordering::Acquire) {
-        match listener.accept() {
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
             Ok((stream, _)) => {
                 let (id, cq, sender) = (next_id, Arc::clone(&cq), links.clone());
                 next_id += 1;
                 let spawned = std::thread::Builder::new()
                     .name(format!("rpc-tcp-handshake-{id}"))
                     .spawn(move || {
-                        let link = stream
-                            .set_nonblocking(false)
-                            .map_err(Error::Io)
-                            .and_then(|()| establish(stream, ring, id, &cq));
-                        let _ = sender.send(link);
+                        let _ = sender.send(establish(stream, ring, id, &cq));
                     });
                 if let Err(e) = spawned {
                     let _ = links.send(Err(Error::Io(e)));
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
             Err(e) => {
+                // Typically out of file descriptors: back off rather than spin.
                 let _ = links.send(Err(Error::Io(e)));
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     }
@@ -263,6 +262,14 @@ fn accept_loop(
 impl Drop for TcpAcceptor {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        let mut wake = self.local_addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
     }
 }
 
@@ -275,6 +282,6 @@ impl Acceptor for TcpAcceptor {
     }
 
     fn local_addr(&self) -> String {
-        self.local_addr.clone()
+        self.local_addr.to_string()
     }
 }
