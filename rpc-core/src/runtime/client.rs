@@ -156,8 +156,8 @@ impl Default for ClientBuilder {
             timeout: None,
             connect_timeout: Duration::from_secs(5),
             ring: RingConfig::default(),
-            spin: Duration::from_micros(50),
-            idle_spin: Duration::from_micros(100),
+            spin: Duration::from_micros(200),
+            idle_spin: Duration::from_micros(1000),
         }
     }
 }
@@ -188,15 +188,16 @@ impl ClientBuilder {
     }
 
     /// How long a blocking call polls for its reply on its own thread before it parks and
-    /// leaves polling to the poller thread (default 50 µs). Polling on the caller's thread
-    /// saves the wake-up of another thread per reply; `Duration::ZERO` always parks.
+    /// leaves polling to the poller thread (default 200 µs). Polling on the caller's thread
+    /// saves the wake-up of another thread per reply; `Duration::ZERO` always parks. Only one
+    /// caller polls at a time; the others park and are woken by it.
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self
     }
 
     /// How long the poller busy-polls after the last completion before it sleeps
-    /// (default 100 µs).
+    /// (default 1 ms; an idle endpoint sleeps and costs no CPU).
     pub fn idle_spin(mut self, idle_spin: Duration) -> Self {
         self.idle_spin = idle_spin;
         self
@@ -454,10 +455,14 @@ impl Started {
         if spin.is_zero() {
             return;
         }
+        // One driver at a time: other callers park, and the driver's polling wakes them.
+        // Spinning them all would only steal the driver's CPU.
+        if !self.endpoint.start_driving() {
+            return;
+        }
         let until = Instant::now() + spin;
         let until = self.deadline.map_or(until, |d| d.min(until));
         self.cell.thread_waiting.store(true, Ordering::Release);
-        self.endpoint.start_driving();
         while !self.cell.ready.load(Ordering::Acquire) {
             if self.endpoint.poll_once().is_some_and(|n| n > 0) {
                 continue;

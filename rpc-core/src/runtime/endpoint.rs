@@ -63,7 +63,7 @@ pub(crate) struct Endpoint {
     /// Whoever holds this polls the completion queue: the poller thread, or a caller that
     /// drives completions itself while it waits (no thread hand-off on the reply path).
     polling: parking_lot::Mutex<PollState>,
-    /// Callers currently driving; while there are any, the poller thread stands back.
+    /// 1 while a caller drives completions; the poller thread then stands back.
     drivers: AtomicUsize,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
     dispatch: Arc<dyn Dispatch>,
@@ -153,17 +153,18 @@ impl Endpoint {
         Some(n)
     }
 
-    /// A caller starts driving completions itself.
-    pub(crate) fn start_driving(&self) {
-        self.drivers.fetch_add(1, Ordering::AcqRel);
+    /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
+    pub(crate) fn start_driving(&self) -> bool {
+        self.drivers
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
-    /// A caller stops driving; the last one hands polling back to the poller thread.
+    /// The driver stops; polling goes back to the poller thread.
     pub(crate) fn stop_driving(&self) {
-        if self.drivers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(t) = self.poller_thread.get() {
-                t.unpark();
-            }
+        self.drivers.store(0, Ordering::Release);
+        if let Some(t) = self.poller_thread.get() {
+            t.unpark();
         }
     }
 
