@@ -10,6 +10,18 @@ pub mod server;
 pub(crate) mod transport_select;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A duration in microseconds from the environment variable `name`, else `default`. Lets the
+/// spin budgets be tuned per deployment without rebuilding (`RPC_SPIN_US`,
+/// `RPC_IDLE_SPIN_US`); builder calls override both.
+pub(crate) fn micros_from_env(name: &str, default: u64) -> Duration {
+    let us = std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(default);
+    Duration::from_micros(us)
+}
 
 /// Counters of an endpoint (client or server).
 #[derive(Debug, Default)]

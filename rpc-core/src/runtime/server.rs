@@ -51,7 +51,7 @@ impl Default for ServerBuilder {
         ServerBuilder {
             ring: RingConfig::default(),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            idle_spin: Duration::from_micros(1000),
+            idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             services: Vec::new(),
             method_execution: HashMap::new(),
         }
@@ -72,7 +72,7 @@ impl ServerBuilder {
     }
 
     /// How long the poller busy-polls after the last completion before it sleeps (default
-    /// 1 ms: under load it never sleeps, while idle it costs no CPU).
+    /// 1 ms, or `RPC_IDLE_SPIN_US`: under load it never sleeps, while idle it costs no CPU).
     pub fn idle_spin(mut self, idle_spin: Duration) -> Self {
         self.idle_spin = idle_spin;
         self
