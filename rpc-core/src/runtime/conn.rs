@@ -17,6 +17,8 @@ pub(crate) type Core = Connection<Arc<CallCell>>;
 pub(crate) struct Conn {
     pub(crate) link: Arc<dyn Link>,
     pub(crate) peer: Arc<str>,
+    /// The peer's HELLO (fixed for the connection's life): its limits, without the lock.
+    pub(crate) peer_hello: crate::protocol::Hello,
     pub(crate) core: Mutex<Core>,
     pub(crate) counters: Arc<Counters>,
     closed: AtomicBool,
@@ -54,6 +56,7 @@ impl Conn {
         let core = Connection::new(link.local_hello(), link.peer_hello(), link.send_slot_size());
         Arc::new(Conn {
             peer: link.peer_name().into(),
+            peer_hello: link.peer_hello(),
             link,
             core: Mutex::new(core),
             counters,

@@ -318,7 +318,7 @@ impl ReplySink {
     /// accept its size).
     pub fn send<M: prost::Message>(mut self, message: &M) {
         self.done = true;
-        let limit = self.conn.core.lock().peer().max_message_size as usize;
+        let limit = self.conn.peer_hello.max_message_size as usize;
         let len = message.encoded_len();
         if len > limit {
             self.fail_inner(Status::resource_exhausted(format!(
