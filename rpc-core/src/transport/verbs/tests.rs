@@ -662,14 +662,46 @@ fn verbs_many_links_share_one_cq() {
     assert_no_resources_left();
 }
 
+/// This guest's role and the peer's address in a two-host run; `None` (skip) otherwise.
+fn two_host_roles() -> Option<(String, String)> {
+    match (
+        std::env::var("RPC_TEST_HOST"),
+        std::env::var("RPC_TEST_PEER"),
+    ) {
+        (Ok(host), Ok(peer)) => Some((host, peer)),
+        _ => {
+            eprintln!("skipping: not a two-host run (RPC_TEST_HOST/RPC_TEST_PEER unset)");
+            None
+        }
+    }
+}
+
+/// Connects to the other guest, retrying while it is still starting its listener.
+fn connect_to_peer(
+    ep: &VerbsEndpoint,
+    peer: &str,
+    port: u16,
+    ring: RingConfig,
+    wait: Duration,
+) -> Arc<dyn Link> {
+    let peer: IpAddr = peer.parse().unwrap();
+    let start = Instant::now();
+    loop {
+        match ep.connect(SocketAddr::new(peer, port), ring, 1, STEP) {
+            Ok(link) => return link,
+            Err(e) if start.elapsed() < wait => {
+                eprintln!("a: connect: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("a: could not connect: {e}"),
+        }
+    }
+}
+
 /// Two guests (`scripts/softroce-vm --hosts`): b serves, a connects across the emulated wire.
 #[test]
 fn verbs_two_host_exchange() {
-    let (Ok(host), Ok(peer)) = (
-        std::env::var("RPC_TEST_HOST"),
-        std::env::var("RPC_TEST_PEER"),
-    ) else {
-        eprintln!("skipping: not a two-host run (RPC_TEST_HOST/RPC_TEST_PEER unset)");
+    let Some((host, peer)) = two_host_roles() else {
         return;
     };
     let _serial = SERIAL.lock();
@@ -692,18 +724,7 @@ fn verbs_two_host_exchange() {
         eprintln!("b: closed: {reason}");
     } else {
         let ep = VerbsEndpoint::new().unwrap();
-        let peer: IpAddr = peer.parse().unwrap();
-        let start = Instant::now();
-        let link = loop {
-            match ep.connect(SocketAddr::new(peer, PORT), ring(8, 1024), 1, STEP) {
-                Ok(link) => break link,
-                Err(e) if start.elapsed() < wait => {
-                    eprintln!("a: connect: {e}; retrying");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                Err(e) => panic!("a: could not connect: {e}"),
-            }
-        };
+        let link = connect_to_peer(&ep, &peer, PORT, ring(8, 1024), wait);
         let mut cq = Cq::new(ep.cq());
         for i in 0..FRAMES {
             let data = pattern(1 + i * 20, i as u8);
@@ -766,11 +787,7 @@ fn verbs_memlock_limit_is_named() {
 /// so must b's, whose own SEND is lost too. Nothing hangs.
 #[test]
 fn verbs_two_host_lost_acks_surface_as_retry_exceeded() {
-    let (Ok(host), Ok(peer)) = (
-        std::env::var("RPC_TEST_HOST"),
-        std::env::var("RPC_TEST_PEER"),
-    ) else {
-        eprintln!("skipping: not a two-host run (RPC_TEST_HOST/RPC_TEST_PEER unset)");
+    let Some((host, peer)) = two_host_roles() else {
         return;
     };
     let _serial = SERIAL.lock();
@@ -807,18 +824,7 @@ fn verbs_two_host_lost_acks_surface_as_retry_exceeded() {
         eprintln!("b: closed: {reason}");
     } else {
         let ep = VerbsEndpoint::new().unwrap();
-        let peer: IpAddr = peer.parse().unwrap();
-        let start = Instant::now();
-        let link = loop {
-            match ep.connect(SocketAddr::new(peer, PORT), ring(8, 256), 1, STEP) {
-                Ok(link) => break link,
-                Err(e) if start.elapsed() < wait => {
-                    eprintln!("a: connect: {e}; retrying");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                Err(e) => panic!("a: could not connect: {e}"),
-            }
-        };
+        let link = connect_to_peer(&ep, &peer, PORT, ring(8, 256), wait);
         let mut cq = Cq::new(ep.cq());
         send(&link, b"1");
         let (_, ok) = cq.recv();
