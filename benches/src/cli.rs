@@ -1,0 +1,490 @@
+//! The `rpc-bench` command line: one subcommand (`serve`, `load`, `idle`, `inproc`) followed
+//! by `--flag VALUE` options (also `--flag=VALUE`), `--help` for each, and errors that name
+//! the offending option.
+//!
+//! ```
+//! use rpc_benches::cli::{parse, Command, System};
+//!
+//! let cmd = parse(
+//!     ["load", "--system", "tcp", "--connect", "127.0.0.1:7000", "--size", "4k",
+//!      "--outstanding", "8", "--count", "1000"].map(String::from),
+//! )
+//! .unwrap();
+//! let Command::Load(load) = cmd else { panic!("not a load command") };
+//! assert_eq!(load.system, System::Tcp);
+//! assert_eq!(load.params.size, 4096);
+//! assert_eq!(load.params.warmup, 10); // count / 100 by default
+//! ```
+
+use std::fmt;
+
+use crate::report::LoadParams;
+
+/// Which implementation serves or is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// rpc-core with the generated `echo.Echo` stubs.
+    Ours,
+    /// The raw TCP ping-pong of [`crate::raw_tcp`].
+    Tcp,
+    /// tonic: gRPC over HTTP/2.
+    Tonic,
+}
+
+impl System {
+    /// The name used on the command line and in the JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Ours => "ours",
+            System::Tcp => "tcp",
+            System::Tonic => "tonic",
+        }
+    }
+
+    fn parse(s: &str) -> Result<System, String> {
+        match s {
+            "ours" => Ok(System::Ours),
+            "tcp" => Ok(System::Tcp),
+            "tonic" => Ok(System::Tonic),
+            other => Err(format!(
+                "--system: unknown system `{other}` (expected ours, tcp or tonic)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `rpc-bench serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeArgs {
+    /// What to serve.
+    pub system: System,
+    /// `ADDR:PORT` to listen on.
+    pub listen: String,
+    /// Transport of `ours` (`tcp`, `verbs` or `auto`).
+    pub transport: rpc_core::TransportKind,
+}
+
+/// `rpc-bench load`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadArgs {
+    /// What to measure.
+    pub system: System,
+    /// `ADDR:PORT` of the server.
+    pub connect: String,
+    /// Transport of `ours` (`tcp`, `verbs` or `auto`).
+    pub transport: rpc_core::TransportKind,
+    /// Size, concurrency and number of calls.
+    pub params: LoadParams,
+}
+
+/// `rpc-bench idle`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdleArgs {
+    /// Number of client connections to open (and leave idle).
+    pub connections: usize,
+    /// Seconds of idleness over which the server's CPU time is measured.
+    pub seconds: f64,
+    /// Transport of the `ours` server and its clients.
+    pub transport: rpc_core::TransportKind,
+    /// IP address the child server listens on (a free port is picked).
+    pub addr: String,
+}
+
+/// `rpc-bench inproc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InprocArgs {
+    /// Number of blocking echo calls.
+    pub calls: u64,
+    /// Payload size in bytes.
+    pub size: usize,
+}
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Run an echo server until killed.
+    Serve(ServeArgs),
+    /// Measure latency and call rate against a server.
+    Load(LoadArgs),
+    /// Measure an idle `ours` server's CPU use.
+    Idle(IdleArgs),
+    /// Make echo calls over the in-process transport (for instruction counting).
+    Inproc(InprocArgs),
+}
+
+/// Why the command line did not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CliError {
+    /// `--help` was asked for; the text is the usage to print (exit status 0).
+    Help(String),
+    /// The command line is wrong: the message, then the usage to print (exit status 2).
+    Invalid(String, String),
+}
+
+/// Top-level usage.
+pub const USAGE: &str = "\
+rpc-bench: rpc-core next to a raw TCP ping-pong and tonic (gRPC over HTTP/2)
+
+usage:
+  rpc-bench serve  --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
+  rpc-bench load   --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
+                   --size N --outstanding N --count N [--warmup N]
+  rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
+  rpc-bench inproc --calls N [--size 64]
+
+`rpc-bench COMMAND --help` describes each command.
+";
+
+const SERVE_USAGE: &str = "\
+usage: rpc-bench serve --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
+
+Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
+  ours   rpc-core's Server with the generated echo.Echo service, handler inline on the
+         completion poller (Execution::Inline); --transport tcp (default), verbs or auto
+  tcp    a raw TCP echo: u32 little-endian length + payload frames, one thread per
+         connection, blocking reads and writes, TCP_NODELAY
+  tonic  tonic's gRPC server (HTTP/2) on a multi-threaded tokio runtime (one worker per CPU)
+A line on stderr says where it listens (port 0 picks a free port).
+";
+
+const LOAD_USAGE: &str = "\
+usage: rpc-bench load --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
+                      --size N --outstanding N --count N [--warmup N]
+
+Makes --warmup unmeasured calls (default count/100), then --count measured echo calls of
+--size bytes (4k, 64k, 1M accepted) with --outstanding calls in flight on one connection,
+checks that every reply equals its request, and prints one JSON line on stdout:
+  {\"system\":..,\"transport\":..,\"size\":..,\"outstanding\":..,\"count\":..,\"p50_us\":..,
+   \"p99_us\":..,\"p999_us\":..,\"calls_per_s\":..,\"errors\":..}
+The percentiles are null if no measured call succeeded. Exits with status 1 if any call
+failed or any reply differed from its request.
+  ours   outstanding 1: blocking calls; more: echo_async futures from one thread, waiting
+         for the oldest and issuing a new one (a window of N)
+  tcp    outstanding 1: blocking write, then blocking read; more: a writer thread keeps N
+         requests in flight, a reader thread takes the replies
+  tonic  one tokio current-thread runtime; N tasks share one channel (HTTP/2 connection)
+--transport applies to ours only (default tcp).
+";
+
+const IDLE_USAGE: &str = "\
+usage: rpc-bench idle [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
+
+Starts `rpc-bench serve --system ours` as a child process on a free port of --addr, opens
+--connections clients from this process, makes one echo call on each, waits 0.5 s, then
+leaves them idle for --seconds and measures the child's CPU time (utime + stime from
+/proc/PID/stat). Prints one JSON line:
+  {\"idle_server_cpu_percent\":..,\"connections\":..,\"seconds\":..}
+where the percentage is CPU seconds / wall seconds x 100.
+";
+
+const INPROC_USAGE: &str = "\
+usage: rpc-bench inproc --calls N [--size 64]
+
+In one process: an `ours` echo server on mem:bench (the in-process transport), handler
+inline, and a client making N blocking calls of --size bytes. Both pollers sleep as soon as
+their queue is empty (idle spin 0), so no busy-polling is counted. Prints {\"calls\":N}.
+Meant to run under `valgrind --tool=callgrind` with two values of N: the difference of
+the instruction counts divided by the difference of N is the cost of one round trip.
+";
+
+/// Parses the arguments after the program name.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError> {
+    let mut args = args.into_iter();
+    let Some(command) = args.next() else {
+        return Err(CliError::Invalid(
+            "no command given".to_owned(),
+            USAGE.to_owned(),
+        ));
+    };
+    let rest: Vec<String> = args.collect();
+    match command.as_str() {
+        "-h" | "--help" | "help" => Err(CliError::Help(USAGE.to_owned())),
+        "serve" => with_usage(SERVE_USAGE, parse_serve(&rest)),
+        "load" => with_usage(LOAD_USAGE, parse_load(&rest)),
+        "idle" => with_usage(IDLE_USAGE, parse_idle(&rest)),
+        "inproc" => with_usage(INPROC_USAGE, parse_inproc(&rest)),
+        other => Err(CliError::Invalid(
+            format!("unknown command `{other}`"),
+            USAGE.to_owned(),
+        )),
+    }
+}
+
+/// Parse failures of one command, before the usage is attached.
+enum Failure {
+    Help,
+    Invalid(String),
+}
+
+fn with_usage(usage: &str, result: Result<Command, Failure>) -> Result<Command, CliError> {
+    result.map_err(|f| match f {
+        Failure::Help => CliError::Help(usage.to_owned()),
+        Failure::Invalid(msg) => CliError::Invalid(msg, usage.to_owned()),
+    })
+}
+
+/// `--flag VALUE` pairs of one command, each flag at most once, only from `allowed`.
+struct Options {
+    values: Vec<(String, String)>,
+}
+
+impl Options {
+    fn parse(args: &[String], allowed: &[&str]) -> Result<Options, Failure> {
+        let mut values: Vec<(String, String)> = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            let arg = &args[i];
+            if arg == "-h" || arg == "--help" {
+                return Err(Failure::Help);
+            }
+            let Some(flag) = arg.strip_prefix("--") else {
+                return Err(Failure::Invalid(format!("unexpected argument `{arg}`")));
+            };
+            let (name, value) = match flag.split_once('=') {
+                Some((name, value)) => (name.to_owned(), value.to_owned()),
+                None => {
+                    i += 1;
+                    match args.get(i) {
+                        Some(value) => (flag.to_owned(), value.clone()),
+                        None => return Err(Failure::Invalid(format!("--{flag} needs a value"))),
+                    }
+                }
+            };
+            if !allowed.contains(&name.as_str()) {
+                return Err(Failure::Invalid(format!("unknown option --{name}")));
+            }
+            if values.iter().any(|(n, _)| *n == name) {
+                return Err(Failure::Invalid(format!("--{name} given twice")));
+            }
+            values.push((name, value));
+            i += 1;
+        }
+        Ok(Options { values })
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn required(&self, name: &str) -> Result<&str, Failure> {
+        self.get(name)
+            .ok_or_else(|| Failure::Invalid(format!("--{name} is required")))
+    }
+
+    fn number(&self, name: &str) -> Result<Option<u64>, Failure> {
+        self.get(name)
+            .map(|v| parse_number(v).map_err(|e| Failure::Invalid(format!("--{name}: {e}"))))
+            .transpose()
+    }
+
+    fn required_number(&self, name: &str) -> Result<u64, Failure> {
+        self.required(name)?;
+        Ok(self.number(name)?.expect("checked above"))
+    }
+}
+
+/// A count or size: digits with an optional `k`/`K` (x1024) or `m`/`M` (x1024²) suffix.
+fn parse_number(s: &str) -> Result<u64, String> {
+    let (digits, factor) = match s.as_bytes().last() {
+        Some(b'k' | b'K') => (&s[..s.len() - 1], 1024),
+        Some(b'm' | b'M') => (&s[..s.len() - 1], 1024 * 1024),
+        _ => (s, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    n.checked_mul(factor)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+fn parse_transport(
+    opts: &Options,
+    system: Option<System>,
+) -> Result<rpc_core::TransportKind, Failure> {
+    let Some(name) = opts.get("transport") else {
+        return Ok(rpc_core::TransportKind::Tcp);
+    };
+    let kind: rpc_core::TransportKind = name
+        .parse()
+        .map_err(|e| Failure::Invalid(format!("--transport: {e}")))?;
+    if let Some(system) = system {
+        if system != System::Ours && kind != rpc_core::TransportKind::Tcp {
+            return Err(Failure::Invalid(format!(
+                "--transport {name} applies to --system ours only ({system} runs over TCP)"
+            )));
+        }
+    }
+    Ok(kind)
+}
+
+fn parse_serve(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["system", "listen", "transport"])?;
+    let system = System::parse(opts.required("system")?).map_err(Failure::Invalid)?;
+    Ok(Command::Serve(ServeArgs {
+        system,
+        listen: opts.required("listen")?.to_owned(),
+        transport: parse_transport(&opts, Some(system))?,
+    }))
+}
+
+fn parse_load(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(
+        args,
+        &[
+            "system",
+            "connect",
+            "transport",
+            "size",
+            "outstanding",
+            "count",
+            "warmup",
+        ],
+    )?;
+    let system = System::parse(opts.required("system")?).map_err(Failure::Invalid)?;
+    let connect = opts.required("connect")?.to_owned();
+    let transport = parse_transport(&opts, Some(system))?;
+    let size = usize::try_from(opts.required_number("size")?)
+        .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
+    if size > u32::MAX as usize / 2 {
+        return Err(Failure::Invalid("--size is too large".to_owned()));
+    }
+    let outstanding = opts.required_number("outstanding")?;
+    if outstanding == 0 || outstanding > 65_536 {
+        return Err(Failure::Invalid(
+            "--outstanding must be between 1 and 65536".to_owned(),
+        ));
+    }
+    let count = opts.required_number("count")?;
+    if count == 0 {
+        return Err(Failure::Invalid("--count must be at least 1".to_owned()));
+    }
+    let warmup = opts.number("warmup")?.unwrap_or(count / 100);
+    Ok(Command::Load(LoadArgs {
+        system,
+        connect,
+        transport,
+        params: LoadParams {
+            size,
+            outstanding: outstanding as usize,
+            count,
+            warmup,
+        },
+    }))
+}
+
+fn parse_idle(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["connections", "seconds", "transport", "addr"])?;
+    let connections = opts.number("connections")?.unwrap_or(64);
+    if connections == 0 || connections > 4096 {
+        return Err(Failure::Invalid(
+            "--connections must be between 1 and 4096".to_owned(),
+        ));
+    }
+    let seconds = match opts.get("seconds") {
+        None => 10.0,
+        Some(s) => match s.parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() => v,
+            _ => {
+                return Err(Failure::Invalid(format!(
+                    "--seconds: `{s}` is not a positive number"
+                )))
+            }
+        },
+    };
+    Ok(Command::Idle(IdleArgs {
+        connections: connections as usize,
+        seconds,
+        transport: parse_transport(&opts, None)?,
+        addr: opts.get("addr").unwrap_or("127.0.0.1").to_owned(),
+    }))
+}
+
+fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["calls", "size"])?;
+    let size = usize::try_from(opts.number("size")?.unwrap_or(64))
+        .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
+    Ok(Command::Inproc(InprocArgs {
+        calls: opts.required_number("calls")?,
+        size,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn serve_defaults_to_tcp() {
+        let cmd = parse(args("serve --system ours --listen 127.0.0.1:0")).unwrap();
+        assert_eq!(
+            cmd,
+            Command::Serve(ServeArgs {
+                system: System::Ours,
+                listen: "127.0.0.1:0".to_owned(),
+                transport: rpc_core::TransportKind::Tcp,
+            })
+        );
+    }
+
+    #[test]
+    fn load_options() {
+        let cmd = parse(args(
+            "load --system=ours --connect 1.2.3.4:5 --transport verbs --size 64k \
+             --outstanding 32 --count 20000 --warmup 0",
+        ))
+        .unwrap();
+        let Command::Load(load) = cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(load.transport, rpc_core::TransportKind::Verbs);
+        assert_eq!(
+            load.params,
+            LoadParams {
+                size: 65536,
+                outstanding: 32,
+                count: 20000,
+                warmup: 0
+            }
+        );
+    }
+
+    #[test]
+    fn errors_and_help() {
+        assert!(matches!(
+            parse(args("load --system tonic --connect a:1 --transport verbs --size 1 --outstanding 1 --count 1")),
+            Err(CliError::Invalid(msg, _)) if msg.contains("--system ours only")
+        ));
+        assert!(matches!(
+            parse(args("load --system ours --connect a:1 --size 1 --count 1")),
+            Err(CliError::Invalid(msg, _)) if msg == "--outstanding is required"
+        ));
+        assert!(matches!(
+            parse(args("serve --system grpc --listen a:1")),
+            Err(CliError::Invalid(msg, _)) if msg.contains("unknown system")
+        ));
+        assert!(matches!(
+            parse(args("inproc --calls")),
+            Err(CliError::Invalid(msg, _)) if msg == "--calls needs a value"
+        ));
+        assert!(matches!(parse(args("idle --help")), Err(CliError::Help(u)) if u.contains("idle")));
+        assert!(matches!(parse(args("--help")), Err(CliError::Help(_))));
+        assert!(matches!(parse(args("bench")), Err(CliError::Invalid(..))));
+        let Ok(Command::Idle(idle)) = parse(args("idle")) else {
+            panic!("idle with defaults")
+        };
+        assert_eq!((idle.connections, idle.seconds), (64, 10.0));
+    }
+}

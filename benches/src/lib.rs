@@ -1,0 +1,67 @@
+//! # rpc-benches: rpc-core measured side by side with a raw TCP ping-pong and tonic
+//!
+//! The `rpc-bench` binary serves and loads the same echo service (`proto/echo.proto`: a
+//! request's `bytes payload` comes back unchanged) in three implementations:
+//!
+//! | `--system` | what it is | server | load generator |
+//! |---|---|---|---|
+//! | `ours` | rpc-core, stubs from rpc-codegen ([`ours`]) | handler inline on the completion poller | blocking calls (1 in flight) or a window of `echo_async` futures from one thread |
+//! | `tcp` | length-prefixed frames over a blocking socket ([`raw_tcp`]) | one thread per connection | blocking write + read (1 in flight) or a writer and a reader thread |
+//! | `tonic` | gRPC over HTTP/2 ([`grpc`]) | multi-threaded tokio runtime | current-thread tokio runtime, N tasks on one channel |
+//!
+//! Every run uses **one connection**, verifies **every reply** against its request (the
+//! payload is pseudo-random with the call's sequence number stamped in, see [`payload`]),
+//! makes `--warmup` unmeasured calls first, and keeps `--outstanding` calls in flight. A
+//! call's latency runs from just before it is issued until its reply has been read and
+//! decoded by the caller; with several calls in flight the load generator takes replies
+//! oldest first, so a reply that overtakes an older one is charged the wait (all three
+//! systems answer in order on one connection, so this is rare). The percentiles are exact
+//! nearest-rank values over all measured calls; `calls_per_s` is successful measured calls
+//! over the measured phase's wall time ([`report`]).
+//!
+//! The wait mode is each system's default: rpc-core's callers park while its poller thread
+//! busy-polls for 1 ms after each completion and then sleeps; raw TCP blocks in `read`;
+//! tokio parks in `epoll_wait`. Each client sets a 10 s per-call timeout (a read timeout for
+//! raw TCP), so a dead server fails the run instead of hanging it.
+//!
+//! Besides latency and rate:
+//!
+//! * `rpc-bench idle` ([`idle`]): the CPU an `ours` server (in a child process) burns while
+//!   64 connections stay open and quiet, from `/proc/PID/stat`.
+//! * `rpc-bench inproc` ([`inproc`]): N round trips over the in-process transport with
+//!   pollers that never busy-poll, to be run under `valgrind --tool=callgrind` twice: the
+//!   difference in instructions over the difference in N is the instruction cost of one call.
+//! * `cargo bench -p rpc-benches --bench micro`: Criterion micro-benchmarks of the protocol
+//!   core's per-message work: `encode` (frame header + prost encoding of a 64-byte request
+//!   into a send slot), `decode` (header validation + prost decoding), `dispatch` (a request
+//!   frame through `Connection::on_frame` on a server-side core and the response header from
+//!   `direct_header`).
+//!
+//! ```text
+//! cargo build --release -p rpc-benches
+//! target/release/rpc-bench serve --system ours --listen 127.0.0.1:50060 &
+//! target/release/rpc-bench load --system ours --connect 127.0.0.1:50060 \
+//!     --size 64 --outstanding 1 --count 20000
+//! {"system":"ours","transport":"tcp","size":64,"outstanding":1,"count":20000,"p50_us":..}
+//! ```
+
+pub mod cli;
+pub mod grpc;
+pub mod idle;
+pub mod inproc;
+pub mod ours;
+pub mod payload;
+pub mod raw_tcp;
+pub mod report;
+
+/// The `echo` package as rpc-codegen generates it: messages, `echo_client::EchoClient` and
+/// `echo_server::{Echo, EchoServer}` for rpc-core.
+pub mod echo {
+    include!(concat!(env!("OUT_DIR"), "/ours/echo.rs"));
+}
+
+/// The `echo` package as tonic-prost-build generates it: messages, `echo_client::EchoClient`
+/// and `echo_server::{Echo, EchoServer}` for tonic.
+pub mod tonic_echo {
+    include!(concat!(env!("OUT_DIR"), "/tonic/echo.rs"));
+}

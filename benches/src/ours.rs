@@ -1,0 +1,221 @@
+//! `--system ours`: rpc-core with the stubs rpc-codegen generated for `proto/echo.proto`.
+//!
+//! The server runs the echo handler inline on its completion poller
+//! ([`rpc_core::Execution::Inline`]), as `echo-server` does; its worker pool is not used
+//! (one idle worker). Client and server use the default ring (64 slots of 8 KiB, messages up
+//! to 4 MiB; larger payloads are segmented) and the default wait mode: pollers busy-poll
+//! for 1 ms after their last completion, then sleep; a blocking caller parks until its
+//! poller wakes it (`RPC_SPIN_US` / `RPC_IDLE_SPIN_US` change that without rebuilding).
+//!
+//! Load: at outstanding 1 every call is a blocking [`EchoClient::echo`]. At outstanding N
+//! one thread keeps a window of N [`EchoClient::echo_async`] futures: it
+//! [`wait`](rpc_core::ResponseFuture::wait)s for the oldest, checks it, and issues the next
+//! call. A call's latency runs from issuing it to its `wait` returning, so a reply that
+//! arrives while an older one is still awaited is charged the difference (head-of-line, as
+//! for the raw TCP pipeline).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use rpc_core::{Client, Error, Execution, Request, ResponseFuture, Server, Status, TransportKind};
+
+use crate::echo::echo_client::EchoClient;
+use crate::echo::echo_server::{Echo, EchoServer};
+use crate::echo::{EchoReply, EchoRequest};
+use crate::payload::Payload;
+use crate::report::{LoadParams, LoadResult, Tally};
+
+/// Per-call timeout of the load clients: a server that stopped answering fails the call
+/// with DEADLINE_EXCEEDED instead of hanging the run.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The echo handler: answers with the request's payload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoService;
+
+impl Echo for EchoService {
+    fn echo(&self, request: Request<EchoRequest>) -> Result<EchoReply, Status> {
+        Ok(EchoReply {
+            payload: request.into_inner().payload,
+        })
+    }
+}
+
+/// Starts the echo server on `listen` (`ip:port`, port 0 for a free one, or `mem:NAME`).
+pub fn serve(listen: &str, transport: TransportKind) -> Result<Server, Error> {
+    serve_with(Server::builder(), listen, transport)
+}
+
+/// [`serve`] with a builder carrying other settings (ring, idle spin).
+pub fn serve_with(
+    builder: rpc_core::ServerBuilder,
+    listen: &str,
+    transport: TransportKind,
+) -> Result<Server, Error> {
+    builder
+        .workers(1)
+        .add_service_with(EchoServer::new(EchoService), Execution::Inline)
+        .serve(listen, transport)
+}
+
+/// A client as the load generator uses it: default settings plus [`CALL_TIMEOUT`].
+pub fn connect(addr: &str, transport: TransportKind) -> Result<Client, Error> {
+    Client::builder()
+        .transport(transport)
+        .timeout(CALL_TIMEOUT)
+        .connect(addr)
+}
+
+/// Runs `params` against the echo server at `addr`.
+pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadResult {
+    let requested = transport_label(transport);
+    let client = match connect(addr, transport) {
+        Ok(client) => client,
+        Err(err) => {
+            return LoadResult::failed(
+                "ours",
+                requested,
+                params,
+                format!("cannot connect to {addr} over {requested}: {err}"),
+            )
+        }
+    };
+    let echo = EchoClient::new(client.clone());
+    let payload = Payload::new(params.size);
+
+    let mut warmup = Tally::new(0);
+    run_phase(
+        &echo,
+        &payload,
+        0,
+        params.warmup,
+        params.outstanding,
+        false,
+        &mut warmup,
+    );
+    let mut tally = Tally::new(params.count);
+    let elapsed = run_phase(
+        &echo,
+        &payload,
+        params.warmup,
+        params.count,
+        params.outstanding,
+        true,
+        &mut tally,
+    );
+    tally.merge(warmup);
+    LoadResult::new("ours", client.transport_name(), params, tally, elapsed)
+}
+
+fn transport_label(kind: TransportKind) -> &'static str {
+    match kind {
+        TransportKind::Auto => "auto",
+        TransportKind::Tcp => "tcp",
+        TransportKind::Verbs => "verbs",
+    }
+}
+
+/// Makes calls `first..first + calls`; returns how long that took.
+fn run_phase(
+    echo: &EchoClient,
+    payload: &Payload,
+    first: u64,
+    calls: u64,
+    outstanding: usize,
+    measured: bool,
+    tally: &mut Tally,
+) -> Duration {
+    let start = Instant::now();
+    if outstanding <= 1 {
+        blocking_calls(echo, payload, first, calls, measured, tally);
+    } else {
+        windowed_calls(echo, payload, first, calls, outstanding, measured, tally);
+    }
+    start.elapsed()
+}
+
+fn check(
+    payload: &Payload,
+    seq: u64,
+    result: Result<EchoReply, Status>,
+    latency: Duration,
+    measured: bool,
+    tally: &mut Tally,
+) {
+    match result {
+        Ok(reply) if payload.matches(seq, &reply.payload) => tally.success(latency, measured),
+        Ok(reply) => tally.failure(|| {
+            format!(
+                "call {seq}: reply of {} bytes differs from the request of {} bytes",
+                reply.payload.len(),
+                payload.len()
+            )
+        }),
+        Err(status) => tally.failure(|| format!("call {seq}: {status}")),
+    }
+}
+
+fn blocking_calls(
+    echo: &EchoClient,
+    payload: &Payload,
+    first: u64,
+    calls: u64,
+    measured: bool,
+    tally: &mut Tally,
+) {
+    let end = first + calls;
+    for seq in first..end {
+        let request = EchoRequest {
+            payload: payload.request(seq),
+        };
+        let start = Instant::now();
+        let result = echo.echo(request);
+        let latency = start.elapsed();
+        check(payload, seq, result, latency, measured, tally);
+        if tally.gave_up() {
+            tally.not_made(end - seq - 1, || "gave up".to_owned());
+            return;
+        }
+    }
+}
+
+fn windowed_calls(
+    echo: &EchoClient,
+    payload: &Payload,
+    first: u64,
+    calls: u64,
+    outstanding: usize,
+    measured: bool,
+    tally: &mut Tally,
+) {
+    let end = first + calls;
+    let mut window: VecDeque<(u64, Instant, ResponseFuture<EchoReply>)> =
+        VecDeque::with_capacity(outstanding);
+    let mut next = first;
+    let issue = |seq: u64| {
+        let request = EchoRequest {
+            payload: payload.request(seq),
+        };
+        let start = Instant::now();
+        (seq, start, echo.echo_async(request))
+    };
+    while next < end && window.len() < outstanding {
+        window.push_back(issue(next));
+        next += 1;
+    }
+    while let Some((seq, start, future)) = window.pop_front() {
+        let result = future.wait();
+        let latency = start.elapsed();
+        check(payload, seq, result, latency, measured, tally);
+        if tally.gave_up() {
+            let left = end - next + window.len() as u64;
+            window.clear(); // dropping the futures cancels their calls
+            tally.not_made(left, || "gave up".to_owned());
+            return;
+        }
+        if next < end {
+            window.push_back(issue(next));
+            next += 1;
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Each system's server and load generator against each other over 127.0.0.1, with small
+//! loads: every reply is checked, segmented sizes included, at one and several calls in
+//! flight. Also the `rpc-bench` binary's JSON line and exit status.
+
+use std::process::Command;
+
+use rpc_benches::report::{LoadParams, LoadResult};
+use rpc_benches::{grpc, ours, raw_tcp};
+
+fn params(size: usize, outstanding: usize) -> LoadParams {
+    LoadParams {
+        size,
+        outstanding,
+        count: 200,
+        warmup: 5,
+    }
+}
+
+fn assert_clean(result: &LoadResult) {
+    assert_eq!(result.errors, 0, "{:?}", result.first_error);
+    assert!(
+        result.p50_us.is_some() && result.calls_per_s > 0.0,
+        "{result:?}"
+    );
+    assert!(result.p50_us <= result.p99_us && result.p99_us <= result.p999_us);
+}
+
+const LOADS: [(usize, usize); 4] = [(64, 1), (0, 4), (20_000, 1), (20_000, 8)];
+
+#[test]
+fn ours_over_tcp() {
+    let server = ours::serve("127.0.0.1:0", rpc_core::TransportKind::Tcp).unwrap();
+    for (size, outstanding) in LOADS {
+        let r = ours::load(
+            server.local_addr(),
+            rpc_core::TransportKind::Tcp,
+            params(size, outstanding),
+        );
+        assert_clean(&r);
+        assert_eq!((r.system.as_str(), r.transport.as_str()), ("ours", "tcp"));
+    }
+    server.shutdown();
+}
+
+#[test]
+fn raw_tcp_ping_pong_and_pipeline() {
+    let server = raw_tcp::serve("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().to_string();
+    for (size, outstanding) in LOADS {
+        assert_clean(&raw_tcp::load(&addr, params(size, outstanding)));
+    }
+}
+
+#[test]
+fn tonic_grpc() {
+    let server = grpc::serve("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().to_string();
+    for (size, outstanding) in LOADS {
+        assert_clean(&grpc::load(&addr, params(size, outstanding)));
+    }
+}
+
+#[test]
+fn nobody_listening_fails_every_call() {
+    // A port that was free a moment ago.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let p = params(64, 2);
+    for r in [
+        raw_tcp::load(&addr, p),
+        grpc::load(&addr, p),
+        ours::load(&addr, rpc_core::TransportKind::Tcp, p),
+    ] {
+        assert_eq!(r.errors, p.count + p.warmup, "{r:?}");
+        assert!(r.to_json().contains("\"p50_us\":null"));
+    }
+}
+
+#[test]
+fn binary_prints_one_json_line() {
+    let server = raw_tcp::serve("127.0.0.1:0").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args(["load", "--system", "tcp", "--connect"])
+        .arg(server.local_addr().to_string())
+        .args(["--size", "100", "--outstanding", "3", "--count", "50"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(lines[0].starts_with(
+        r#"{"system":"tcp","transport":"tcp","size":100,"outstanding":3,"count":50,"p50_us":"#
+    ));
+    assert!(lines[0].ends_with(r#","errors":0}"#));
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args(["load", "--system", "tcp"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--connect is required"));
+}
+
+#[test]
+fn idle_measures_a_child_server() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args(["idle", "--connections", "3", "--seconds", "0.3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with(r#"{"idle_server_cpu_percent":"#)
+            && stdout
+                .trim_end()
+                .ends_with(r#","connections":3,"seconds":0.3}"#),
+        "{stdout}"
+    );
+}
