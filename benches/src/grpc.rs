@@ -126,10 +126,11 @@ pub fn load(addr: &str, params: LoadParams) -> LoadResult {
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
         let payload = Payload::new(params.size);
-        let (warmup, _) = run_phase(&client, &payload, 0, params.warmup, params, false).await;
-        let (mut tally, elapsed) =
+        // Warm-up failures count too, and come first.
+        let (mut tally, _) = run_phase(&client, &payload, 0, params.warmup, params, false).await;
+        let (measured, elapsed) =
             run_phase(&client, &payload, params.warmup, params.count, params, true).await;
-        tally.merge(warmup);
+        tally.merge(measured);
         LoadResult::new("tonic", "tcp", params, tally, elapsed)
     })
 }

@@ -83,7 +83,8 @@ pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadRes
     let echo = EchoClient::new(client.clone());
     let payload = Payload::new(params.size);
 
-    let mut warmup = Tally::new(0);
+    // Warm-up failures count too, and come first.
+    let mut tally = Tally::new(params.count);
     run_phase(
         &echo,
         &payload,
@@ -91,9 +92,8 @@ pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadRes
         params.warmup,
         params.outstanding,
         false,
-        &mut warmup,
+        &mut tally,
     );
-    let mut tally = Tally::new(params.count);
     let elapsed = run_phase(
         &echo,
         &payload,
@@ -103,7 +103,6 @@ pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadRes
         true,
         &mut tally,
     );
-    tally.merge(warmup);
     LoadResult::new("ours", client.transport_name(), params, tally, elapsed)
 }
 

@@ -124,8 +124,8 @@ pub fn load(addr: &str, params: LoadParams) -> LoadResult {
         }
     };
     let payload = Payload::new(params.size);
+    // Warm-up failures count too, and come first.
     let mut tally = Tally::new(params.count);
-    let mut warmup = Tally::new(0);
     let phase = |first: u64, calls: u64, measured: bool, tally: &mut Tally| {
         let start = Instant::now();
         if params.outstanding <= 1 {
@@ -143,8 +143,8 @@ pub fn load(addr: &str, params: LoadParams) -> LoadResult {
         }
         start.elapsed()
     };
-    phase(0, params.warmup, false, &mut warmup);
-    let elapsed = if warmup.errors() > 0 {
+    phase(0, params.warmup, false, &mut tally);
+    let elapsed = if tally.errors() > 0 {
         // The connection is broken (every failure here is fatal to it).
         tally.not_made(params.count, || "the warm-up failed".to_owned());
         Duration::ZERO
@@ -152,7 +152,6 @@ pub fn load(addr: &str, params: LoadParams) -> LoadResult {
         phase(params.warmup, params.count, true, &mut tally)
     };
     let _ = stream.shutdown(Shutdown::Both);
-    tally.merge(warmup);
     LoadResult::new("tcp", "tcp", params, tally, elapsed)
 }
 
