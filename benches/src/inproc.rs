@@ -30,7 +30,7 @@ pub fn run(calls: u64, size: usize) -> Result<u64, String> {
     let server = crate::ours::serve_with(
         rpc_core::Server::builder().idle_spin(Duration::ZERO),
         ADDR,
-        TransportKind::Tcp,
+        TransportKind::Tcp, // not used: a `mem:` address always means the memory transport
     )
     .map_err(|e| format!("cannot serve on {ADDR}: {e}"))?;
     let client = Client::builder()

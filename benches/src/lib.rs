@@ -13,9 +13,10 @@
 //! payload is pseudo-random with the call's sequence number stamped in, see [`payload`]),
 //! makes `--warmup` unmeasured calls first, and keeps `--outstanding` calls in flight. A
 //! call's latency runs from just before it is issued until its reply has been read and
-//! decoded by the caller; with several calls in flight the load generator takes replies
-//! oldest first, so a reply that overtakes an older one is charged the wait (all three
-//! systems answer in order on one connection, so this is rare). The percentiles are exact
+//! decoded by the caller. With several calls in flight, the `ours` and `tcp` load
+//! generators take replies oldest first, so a reply that overtakes an older one is charged
+//! the wait (their servers answer a connection's requests in order, so this is rare);
+//! tonic's tasks each await their own call. The percentiles are exact
 //! nearest-rank values over all measured calls; `calls_per_s` is successful measured calls
 //! over the measured phase's wall time ([`report`]).
 //!
