@@ -10,6 +10,8 @@
 #   make test-verbs         the verbs tests inside scripts/softroce-vm (one guest)
 #   make test-verbs-2hosts  two-host verbs tests + the examples across two guests
 #   make test-verbs-native  the verbs tests on this machine (real RDMA NIC or rdma_rxe loaded)
+#   make bench              the benchmarks of BENCHMARKS.md (host TCP, callgrind, criterion, then
+#                           verbs in the VM); not part of make test
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -32,12 +34,14 @@ ECHO_CONCURRENCY ?= 8
 ECHO_COUNT_2HOSTS ?= 2000
 # Address of this machine's RDMA netdev for test-verbs-native (default: found via `rdma link`).
 VERBS_ADDR ?=
+# Seconds the VM part of make bench may take (it needs a few minutes).
+BENCH_VM_TIMEOUT ?= 900
 export ECHO_SIZE ECHO_CONCURRENCY
 
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
 .PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test \
-	test-verbs test-verbs-2hosts test-verbs-native test-list
+	test-verbs test-verbs-2hosts test-verbs-native test-list bench
 
 setup:
 	scripts/setup
@@ -96,3 +100,12 @@ test-verbs-2hosts: setup test-list
 # (`ulimit -l` must allow registering memory: unlimited is simplest).
 test-verbs-native: test-list
 	RPC_TEST_VERBS_ADDR=$(VERBS_ADDR) scripts/verbs-tests $(TEST_LIST)
+
+# The benchmarks (BENCHMARKS.md), in one run of about 15 minutes: TCP on this machine (ours,
+# a raw TCP ping-pong, tonic), idle CPU, instructions per call (callgrind), criterion
+# micro-benchmarks, then ours next to perftest over verbs in one Soft-RoCE VM boot. Writes
+# $(TARGET_DIR)/bench/results.json and results.md; fails if any part did.
+bench: setup
+	$(CARGO) build --release -p rpc-benches $(FEATURES)
+	CARGO='$(CARGO)' FEATURES='$(FEATURES)' TARGET_DIR='$(TARGET_DIR)' \
+	  VM_TIMEOUT=$(BENCH_VM_TIMEOUT) scripts/bench
