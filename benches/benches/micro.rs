@@ -15,7 +15,6 @@
 //! `target/criterion/{encode,decode,dispatch}/new/estimates.json`.
 
 use std::hint::black_box;
-use std::time::Instant;
 
 use criterion::{criterion_main, Criterion};
 use prost::Message;
@@ -96,12 +95,11 @@ fn dispatch(c: &mut Criterion) {
     let request = request();
     let reply_len = request.encoded_len();
     let mut slot = vec![0u8; ring.slot_size as usize];
-    let now = Instant::now();
 
     // Steady state: every request returns the credit its predecessor's reply spent. The
     // first one returns none (the server starts with all its credits).
     let first = request_frame(&request, 0);
-    match core.on_frame(&first, now).expect("valid frame") {
+    match core.on_frame(&first).expect("valid frame") {
         Event::Request { id, .. } => {
             core.direct_header(MessageHead::response(id, Code::Ok), reply_len)
                 .encode(&mut slot);
@@ -112,7 +110,7 @@ fn dispatch(c: &mut Criterion) {
     let frame = request_frame(&request, 1);
     c.bench_function("dispatch", |b| {
         b.iter(|| {
-            match core.on_frame(black_box(&frame), now) {
+            match core.on_frame(black_box(&frame)) {
                 Ok(Event::Request { id, .. }) => {
                     assert!(core.can_send_direct(reply_len));
                     core.direct_header(MessageHead::response(id, Code::Ok), reply_len)

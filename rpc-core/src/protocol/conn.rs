@@ -13,7 +13,9 @@
 //! owed. `docs/PROTOCOL.md` argues why this cannot deadlock.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::time::{Duration, Instant};
 
 use super::frame::{FrameKind, Header, Hello, HEADER_LEN};
@@ -44,8 +46,9 @@ pub enum Event<W> {
         id: u64,
         /// The method id (FNV-1a of the gRPC path).
         method_id: u32,
-        /// When the caller stops waiting, if it set a timeout.
-        deadline: Option<Instant>,
+        /// The caller's remaining timeout, if it set one (the runtime turns it into a
+        /// deadline; the core reads no clock).
+        timeout: Option<Duration>,
         /// The request message.
         body: Body,
     },
@@ -178,7 +181,7 @@ impl<W> Connection<W> {
 
     /// Processes one received frame. An error means the peer broke the protocol: the caller
     /// logs it and closes the connection.
-    pub fn on_frame(&mut self, frame: &[u8], now: Instant) -> Result<Event<W>, Error> {
+    pub fn on_frame(&mut self, frame: &[u8]) -> Result<Event<W>, Error> {
         let h = Header::decode(frame)?;
         let needed = HEADER_LEN + h.segment_len as usize;
         if frame.len() != needed {
@@ -227,12 +230,12 @@ impl<W> Connection<W> {
                 }
                 Ok(Event::None)
             }
-            FrameKind::Request => self.on_request(&h, frame, now),
+            FrameKind::Request => self.on_request(&h, frame),
             FrameKind::Response => self.on_response(&h, frame),
         }
     }
 
-    fn on_request(&mut self, h: &Header, frame: &[u8], now: Instant) -> Result<Event<W>, Error> {
+    fn on_request(&mut self, h: &Header, frame: &[u8]) -> Result<Event<W>, Error> {
         if h.request_id == 0 {
             return Err(Error::MalformedFrame("request id 0"));
         }
@@ -255,12 +258,11 @@ impl<W> Connection<W> {
                 h.request_id
             )));
         }
-        let deadline =
-            (h.timeout_us != 0).then(|| now + Duration::from_micros(u64::from(h.timeout_us)));
+        let timeout = (h.timeout_us != 0).then(|| Duration::from_micros(u64::from(h.timeout_us)));
         Ok(Event::Request {
             id: h.request_id,
             method_id: h.code,
-            deadline,
+            timeout,
             body,
         })
     }

@@ -105,9 +105,11 @@ impl CallCell {
         deadline: Option<Instant>,
         spin: Duration,
     ) -> Option<Result<Payload, Status>> {
-        let spin_until = Instant::now() + spin;
-        while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
-            std::hint::spin_loop();
+        if !spin.is_zero() {
+            let spin_until = Instant::now() + spin;
+            while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
+                std::hint::spin_loop();
+            }
         }
         loop {
             if let Some(r) = self.take() {

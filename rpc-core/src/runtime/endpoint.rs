@@ -6,7 +6,7 @@
 //! more before sleeping), so an idle endpoint costs no CPU. Sleeping is bounded by the next
 //! call deadline, so futures time out without a timer thread.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -172,6 +172,7 @@ impl Endpoint {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
         let mut expired = Vec::new();
+        let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             if self.drivers.load(Ordering::Acquire) > 0 {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
@@ -185,14 +186,25 @@ impl Endpoint {
                 continue;
             }
             let n = self.poll_once().unwrap_or(0);
+            if n > 0 {
+                // While busy, look at the clock (idle timing, deadlines) every 64 batches.
+                worked = true;
+                busy_batches = busy_batches.wrapping_add(1);
+                if busy_batches % 64 != 0 {
+                    continue;
+                }
+            }
             let now = Instant::now();
+            if worked {
+                last_work = now;
+                worked = false;
+            }
             let mut next_deadline = None;
             if now >= next_tick {
                 next_deadline = self.expire(now, &mut expired);
                 next_tick = now + DEADLINE_TICK;
             }
             if n > 0 {
-                last_work = now;
                 continue;
             }
             if now.duration_since(last_work) < self.idle_spin {
@@ -283,7 +295,7 @@ impl Endpoint {
                     return;
                 }
                 self.counters.received(buf.len());
-                let event = conn.lock().on_frame(&buf, Instant::now());
+                let event = conn.lock().on_frame(&buf);
                 match event {
                     Err(e) => {
                         tracing::warn!(peer = %conn.peer, error = %e, "protocol violation; disconnecting the peer");
@@ -299,9 +311,10 @@ impl Endpoint {
                     Ok(Event::Request {
                         id,
                         method_id,
-                        deadline,
+                        timeout,
                         body,
                     }) => {
+                        let deadline = timeout.map(|t| Instant::now() + t);
                         let payload = Payload::new(body, buf, conn);
                         self.dispatch
                             .request(conn, id, method_id, deadline, payload);

@@ -1,7 +1,7 @@
 //! [`Server`]: several services behind one address. Requests are routed by method id;
 //! handlers run inline on the poller or on the worker pool (per service or per method).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -67,10 +67,10 @@ impl Pair {
     }
 
     /// Delivers one frame to `to`; the slot stays held until `release`.
-    fn deliver(to: &mut Side, now: Instant) -> Option<(Event<u32>, Vec<u8>)> {
+    fn deliver(to: &mut Side) -> Option<(Event<u32>, Vec<u8>)> {
         let frame = to.inbox.pop_front()?;
         to.held += 1;
-        let ev = to.conn.on_frame(&frame, now).expect("valid frame");
+        let ev = to.conn.on_frame(&frame).expect("valid frame");
         Some((ev, frame))
     }
 
@@ -111,7 +111,7 @@ fn echo_calls(p: &mut Pair, n: usize, size: usize) {
     let mut idle_rounds = 0;
     while done < n {
         let mut progressed = false;
-        while let Some((ev, frame)) = Pair::deliver(&mut p.b, p.now) {
+        while let Some((ev, frame)) = Pair::deliver(&mut p.b) {
             progressed = true;
             if let Event::Request { id, body, .. } = ev {
                 let data = body_bytes(&body, &frame);
@@ -124,7 +124,7 @@ fn echo_calls(p: &mut Pair, n: usize, size: usize) {
             }
         }
         Pair::release(&mut p.b, &mut p.a.inbox);
-        while let Some((ev, frame)) = Pair::deliver(&mut p.a, p.now) {
+        while let Some((ev, frame)) = Pair::deliver(&mut p.a) {
             progressed = true;
             if let Event::Response { waiter, result, .. } = ev {
                 let data = body_bytes(&result.expect("ok"), &frame);
@@ -178,10 +178,10 @@ fn sender_stops_at_the_reserve_credit_and_resumes_on_credit_return() {
     );
     assert_eq!(p.a.conn.send_credits(), 1);
     // The receiver consumes them but has no response to carry the credits: a CREDIT frame.
-    while Pair::deliver(&mut p.b, p.now).is_some() {}
+    while Pair::deliver(&mut p.b).is_some() {}
     Pair::release(&mut p.b, &mut p.a.inbox);
     assert_eq!(p.a.inbox.len(), 1);
-    Pair::deliver(&mut p.a, p.now).unwrap();
+    Pair::deliver(&mut p.a).unwrap();
     Pair::release(&mut p.a, &mut p.b.inbox);
     assert_eq!(
         p.b.inbox.len(),
@@ -197,7 +197,7 @@ fn oversized_request_is_rejected_without_allocation_and_the_connection_survives(
     p.b.conn.local.max_message_size = 300;
     let id = p.a.conn.start_call(1, 1000, None).unwrap();
     Pair::send(&mut p.a, &mut p.b.inbox, request(id), &[7u8; 1000]);
-    let (ev, _) = Pair::deliver(&mut p.b, p.now).unwrap();
+    let (ev, _) = Pair::deliver(&mut p.b).unwrap();
     match ev {
         Event::Reject { id: rid, status } => {
             assert_eq!(rid, id);
@@ -206,7 +206,7 @@ fn oversized_request_is_rejected_without_allocation_and_the_connection_survives(
         other => panic!("expected Reject, got {other:?}"),
     }
     assert_eq!(p.b.conn.partial_bytes, 0);
-    while let Some((ev, _)) = Pair::deliver(&mut p.b, p.now) {
+    while let Some((ev, _)) = Pair::deliver(&mut p.b) {
         assert!(
             matches!(ev, Event::None),
             "remaining segments are discarded"
@@ -233,7 +233,7 @@ fn error_statuses_cross_with_their_message() {
     let mut p = Pair::new(8, 1 << 20);
     let id = p.a.conn.start_call(5, 0, None).unwrap();
     Pair::send(&mut p.a, &mut p.b.inbox, request(id), b"");
-    let (ev, _) = Pair::deliver(&mut p.b, p.now).unwrap();
+    let (ev, _) = Pair::deliver(&mut p.b).unwrap();
     let Event::Request { id: rid, .. } = ev else {
         panic!("expected a request")
     };
@@ -244,7 +244,7 @@ fn error_statuses_cross_with_their_message() {
         MessageHead::response(rid, Code::InvalidArgument),
         msg.as_bytes(),
     );
-    let (ev, _) = Pair::deliver(&mut p.a, p.now).unwrap();
+    let (ev, _) = Pair::deliver(&mut p.a).unwrap();
     let Event::Response { waiter, result, .. } = ev else {
         panic!("expected a response")
     };
@@ -280,7 +280,7 @@ fn deadlines_expire_calls_and_late_responses_are_dropped() {
         MessageHead::response(id, Code::Ok),
         &[1u8; 700],
     );
-    while let Some((ev, _)) = Pair::deliver(&mut p.a, p.now) {
+    while let Some((ev, _)) = Pair::deliver(&mut p.a) {
         assert!(matches!(ev, Event::None));
     }
     assert_eq!(p.a.conn.outstanding_calls(), 1);
@@ -295,11 +295,11 @@ fn timeouts_travel_with_requests() {
         ..request(id)
     };
     Pair::send(&mut p.a, &mut p.b.inbox, head, b"");
-    let (ev, _) = Pair::deliver(&mut p.b, p.now).unwrap();
-    let Event::Request { deadline, .. } = ev else {
+    let (ev, _) = Pair::deliver(&mut p.b).unwrap();
+    let Event::Request { timeout, .. } = ev else {
         panic!("expected a request")
     };
-    assert_eq!(deadline, Some(p.now + Duration::from_micros(2_000)));
+    assert_eq!(timeout, Some(Duration::from_micros(2_000)));
 }
 
 #[test]
@@ -308,10 +308,7 @@ fn goodbye_refuses_new_calls() {
     let mut frame = [0u8; HEADER_LEN];
     p.b.conn.goodbye_header().unwrap().encode(&mut frame);
     p.a.inbox.push_back(frame.to_vec());
-    assert!(matches!(
-        Pair::deliver(&mut p.a, p.now),
-        Some((Event::Goodbye, _))
-    ));
+    assert!(matches!(Pair::deliver(&mut p.a), Some((Event::Goodbye, _))));
     let (_, status) = p.a.conn.start_call(1, 0, None).unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
 }
@@ -338,13 +335,12 @@ fn req_header(id: u64, total: u32, offset: u32, len: u32) -> Header {
 
 #[test]
 fn protocol_violations_are_errors() {
-    let now = Instant::now();
     let fresh = || Connection::<u32>::new(hello(4, 1 << 20), hello(4, 1 << 20), SLOT as usize);
     let check = |frames: &[Vec<u8>], what: &str| {
         let mut c = fresh();
         let mut result = Ok(());
         for f in frames {
-            if let Err(e) = c.on_frame(f, now) {
+            if let Err(e) = c.on_frame(f) {
                 result = Err(e);
                 break;
             }
