@@ -28,6 +28,8 @@ pub(crate) struct Conn {
 pub(crate) trait Encode {
     fn encoded_len(&self) -> usize;
     fn encode_into(&self, out: &mut [u8]);
+    /// Encodes into a new buffer of exactly `len` bytes (no zero-filling first).
+    fn encode_to_vec(&self, len: usize) -> Vec<u8>;
 }
 
 impl<M: prost::Message> Encode for M {
@@ -36,6 +38,11 @@ impl<M: prost::Message> Encode for M {
     }
     fn encode_into(&self, mut out: &mut [u8]) {
         self.encode_raw(&mut out);
+    }
+    fn encode_to_vec(&self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        self.encode_raw(&mut out);
+        out
     }
 }
 
@@ -48,6 +55,9 @@ impl Encode for Raw<'_> {
     }
     fn encode_into(&self, out: &mut [u8]) {
         out.copy_from_slice(self.0);
+    }
+    fn encode_to_vec(&self, _len: usize) -> Vec<u8> {
+        self.0.to_vec()
     }
 }
 
@@ -105,8 +115,7 @@ impl Conn {
             }
         }
         drop(core);
-        let mut buf = vec![0u8; len];
-        body.encode_into(&mut buf);
+        let buf = body.encode_to_vec(len);
         let mut core = self.lock();
         core.enqueue(head, buf);
         self.flush(&mut core)

@@ -88,6 +88,7 @@ impl Endpoint {
             polling: parking_lot::Mutex::new(PollState {
                 orphans: Orphans::default(),
                 batch: Vec::with_capacity(32),
+                last: None,
             }),
             drivers: AtomicUsize::new(0),
             poller_thread: std::sync::OnceLock::new(),
@@ -142,13 +143,14 @@ impl Endpoint {
     /// (`None`). Returns how many completions were handled.
     pub(crate) fn poll_once(&self) -> Option<usize> {
         let mut state = self.polling.try_lock()?;
-        let PollState { orphans, batch } = &mut *state;
-        let n = self.cq.poll(batch, 32);
+        let mut batch = std::mem::take(&mut state.batch);
+        let n = self.cq.poll(&mut batch, 32);
         for c in batch.drain(..) {
-            self.route(c, orphans);
+            self.route(c, &mut state);
         }
-        if !orphans.held.is_empty() {
-            self.adopt_orphans(orphans);
+        state.batch = batch;
+        if !state.orphans.held.is_empty() {
+            self.adopt_orphans(&mut state.orphans);
         }
         Some(n)
     }
@@ -244,13 +246,22 @@ impl Endpoint {
 
     /// Handles a completion, or holds it if its link is not registered yet: a transport may
     /// deliver a peer's first frames before the acceptor has handed the link over.
-    fn route(&self, completion: Completion, orphans: &mut Orphans) {
+    fn route(&self, completion: Completion, state: &mut PollState) {
         let id = match &completion {
             Completion::Recv { link, .. }
             | Completion::SendDone { link }
             | Completion::Closed { link, .. } => *link,
         };
-        let known = self.links.read().get(&id).cloned();
+        let orphans = &mut state.orphans;
+        // Consecutive completions mostly belong to the same link: skip the map for those.
+        let known = match &state.last {
+            Some(c) if c.link.id() == id && !c.is_closed() => Some(Arc::clone(c)),
+            _ => {
+                let found = self.links.read().get(&id).cloned();
+                state.last.clone_from(&found);
+                found
+            }
+        };
         match known {
             Some(conn) => {
                 if let Some((_, held)) = orphans.held.remove(&id) {
@@ -345,6 +356,8 @@ impl Endpoint {
 struct PollState {
     orphans: Orphans,
     batch: Vec<Completion>,
+    /// The link of the previous completion.
+    last: Option<Arc<Conn>>,
 }
 
 /// Completions held for links not registered yet, with when the first arrived.
