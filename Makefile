@@ -101,7 +101,7 @@ test-verbs-2hosts: setup test-list
 test-verbs-native: test-list
 	RPC_TEST_VERBS_ADDR=$(VERBS_ADDR) scripts/verbs-tests $(TEST_LIST)
 
-# The benchmarks (BENCHMARKS.md), in one run of about 15 minutes: TCP on this machine (ours,
+# The benchmarks (BENCHMARKS.md), about 5 minutes after the build: TCP on this machine (ours,
 # a raw TCP ping-pong, tonic), idle CPU, instructions per call (callgrind), criterion
 # micro-benchmarks, then ours next to perftest over verbs in one Soft-RoCE VM boot. Writes
 # $(TARGET_DIR)/bench/results.json and results.md; fails if any part did.
