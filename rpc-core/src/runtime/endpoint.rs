@@ -17,7 +17,7 @@ use parking_lot::RwLock;
 use super::conn::{Conn, Payload};
 use super::Counters;
 use crate::protocol::Event;
-use crate::transport::{Completion, CompletionQueue, Link, LinkId};
+use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 use crate::Status;
 
 /// How an endpoint hands requests to its services (servers) or refuses them (clients).
@@ -102,6 +102,8 @@ impl Endpoint {
             .name(format!("rpc-poller-{name}"))
             .spawn(move || runner.run())?;
         let _ = ep.poller_thread.set(handle.thread().clone());
+        let driver: Arc<dyn Driver> = Arc::clone(&ep) as Arc<dyn Driver>;
+        ep.cq.set_driver(Arc::downgrade(&driver));
         Ok((ep, handle))
     }
 
@@ -347,6 +349,18 @@ impl Endpoint {
                 tracing::info!(peer = %conn.peer, %reason, "connection closed");
                 conn.mark_closed();
                 conn.fail_calls(&reason);
+            }
+        }
+    }
+}
+
+impl Driver for Endpoint {
+    fn drive_once(&self) -> bool {
+        loop {
+            match self.poll_once() {
+                None => return false,
+                Some(0) => return true,
+                Some(_) => {}
             }
         }
     }

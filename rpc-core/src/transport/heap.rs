@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crossbeam::queue::{ArrayQueue, SegQueue};
 use parking_lot::{Condvar, Mutex};
 
-use super::{Completion, CompletionQueue, RecvBuf, RecvInner, SendBuf, SendInner};
+use super::{Completion, CompletionQueue, Driver, RecvBuf, RecvInner, SendBuf, SendInner};
+use std::sync::{OnceLock, Weak};
 
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
@@ -130,6 +131,7 @@ impl HeapSendPool {
 /// A completion queue that other threads (TCP readers, in-memory peers) push into.
 pub(crate) struct ChannelCq {
     queue: SegQueue<Completion>,
+    driver: OnceLock<Weak<dyn Driver>>,
     sleeping: AtomicBool,
     notified: Mutex<bool>,
     cv: Condvar,
@@ -139,10 +141,33 @@ impl ChannelCq {
     pub(crate) fn new() -> Arc<ChannelCq> {
         Arc::new(ChannelCq {
             queue: SegQueue::new(),
+            driver: OnceLock::new(),
             sleeping: AtomicBool::new(false),
             notified: Mutex::new(false),
             cv: Condvar::new(),
         })
+    }
+
+    /// Adds a completion and handles it on this thread if no other thread is polling; the
+    /// poller is woken only when no endpoint is registered yet. The thread that holds the
+    /// poll lock re-checks the queue after releasing it (the fences make sure one of the two
+    /// sees the other), so nothing is left behind.
+    pub(crate) fn push_and_drive(&self, c: Completion) {
+        let Some(driver) = self.driver.get().and_then(Weak::upgrade) else {
+            self.push(c);
+            return;
+        };
+        self.queue.push(c);
+        loop {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !driver.drive_once() {
+                return;
+            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.queue.is_empty() {
+                return;
+            }
+        }
     }
 
     /// Adds a completion and wakes the poller if it sleeps.
@@ -196,5 +221,9 @@ impl CompletionQueue for ChannelCq {
     fn wake(&self) {
         *self.notified.lock() = true;
         self.cv.notify_one();
+    }
+
+    fn set_driver(&self, driver: Weak<dyn Driver>) {
+        let _ = self.driver.set(driver);
     }
 }

@@ -81,6 +81,17 @@ pub trait CompletionQueue: Send + Sync + 'static {
     fn wait(&self, timeout: Option<Duration>);
     /// Wakes a thread sleeping in [`CompletionQueue::wait`].
     fn wake(&self);
+    /// Registers the endpoint that owns this queue, for transports whose completions are
+    /// produced by threads of their own (TCP readers): such a thread may then handle what it
+    /// produced itself instead of waking the poller. Default: ignored.
+    fn set_driver(&self, _driver: std::sync::Weak<dyn Driver>) {}
+}
+
+/// Polls and handles an endpoint's completions on the calling thread.
+pub trait Driver: Send + Sync {
+    /// Handles completions until the queue is empty and returns `true`; returns `false` at
+    /// once if another thread is polling (which then re-checks the queue before it stops).
+    fn drive_once(&self) -> bool;
 }
 
 /// A received frame sitting in its receive slot; dereferences to the frame bytes. Dropping it

@@ -86,7 +86,7 @@ fn reader_loop(link: Arc<TcpLink>, stream: TcpStream, cq: Arc<ChannelCq>) {
     let mut reader = BufReader::with_capacity(64 * 1024, stream);
     let reason = loop {
         match read_frame(&mut reader, &link.recv_ring) {
-            Ok((buf, len)) => cq.push(Completion::Recv {
+            Ok((buf, len)) => cq.push_and_drive(Completion::Recv {
                 link: link.id,
                 buf: link.recv_ring.completed(buf, len),
             }),
