@@ -10,7 +10,12 @@ use std::time::{Duration, Instant};
 use crossbeam::queue::{ArrayQueue, SegQueue};
 use parking_lot::{Condvar, Mutex};
 
-use super::{Completion, CompletionQueue, Driver, RecvBuf, RecvInner, SendBuf, SendInner};
+use super::{
+    Completion, CompletionQueue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig, SendBuf,
+    SendInner,
+};
+use crate::protocol::frame::Hello;
+use crate::Error;
 use std::sync::{OnceLock, Weak};
 
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
@@ -225,5 +230,82 @@ impl CompletionQueue for ChannelCq {
 
     fn set_driver(&self, driver: Weak<dyn Driver>) {
         let _ = self.driver.set(driver);
+    }
+}
+
+/// What a link of the heap-slot transports (TCP, in-memory) keeps: its id, slot rings and the
+/// two HELLOs. Only moving a frame to the peer and closing differ between them ([`HeapLink`]).
+pub(crate) struct HeapLinkParts {
+    pub(crate) id: LinkId,
+    pub(crate) send_pool: HeapSendPool,
+    pub(crate) recv_ring: Arc<HeapRecvRing>,
+    pub(crate) local: Hello,
+    pub(crate) peer: Hello,
+    pub(crate) peer_name: String,
+}
+
+impl HeapLinkParts {
+    /// Rings of `ring`'s sizes for link `id`, whose peer announced `peer`.
+    pub(crate) fn new(id: LinkId, ring: RingConfig, peer: Hello, peer_name: String) -> Self {
+        HeapLinkParts {
+            id,
+            send_pool: HeapSendPool::new(ring.slot_count, ring.slot_size),
+            recv_ring: HeapRecvRing::new(ring.slot_count, ring.slot_size),
+            local: ring.hello(),
+            peer,
+            peer_name,
+        }
+    }
+}
+
+/// A link over heap slots; [`Link`] follows from these three.
+pub(crate) trait HeapLink: Send + Sync + 'static {
+    fn parts(&self) -> &HeapLinkParts;
+    /// Moves one frame to the peer.
+    fn transmit(&self, frame: &[u8]) -> Result<(), Error>;
+    /// Tears the link down (idempotent); a `Closed` completion follows.
+    fn shutdown(&self);
+}
+
+impl<T: HeapLink> Link for T {
+    fn id(&self) -> LinkId {
+        self.parts().id
+    }
+
+    fn alloc_send(&self) -> Option<SendBuf> {
+        self.parts().send_pool.alloc()
+    }
+
+    fn send_slot_size(&self) -> usize {
+        self.parts().send_pool.slot_size()
+    }
+
+    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        let result = self.transmit(&buf[..len]);
+        self.parts().send_pool.release(buf);
+        if result.is_err() {
+            self.shutdown();
+        }
+        result
+    }
+
+    fn take_reposted(&self) -> u32 {
+        self.parts().recv_ring.take_reposted()
+    }
+
+    fn local_hello(&self) -> Hello {
+        self.parts().local
+    }
+
+    fn peer_hello(&self) -> Hello {
+        self.parts().peer
+    }
+
+    fn peer_name(&self) -> String {
+        self.parts().peer_name.clone()
+    }
+
+    fn close(&self) {
+        self.shutdown();
     }
 }

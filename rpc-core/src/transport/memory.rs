@@ -11,20 +11,15 @@ use std::time::Duration;
 use crossbeam::channel::{self, Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::heap::{ChannelCq, HeapRecvRing, HeapSendPool};
-use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
+use super::heap::{ChannelCq, HeapLink, HeapLinkParts};
+use super::{Acceptor, Completion, Link, LinkId, RingConfig};
 use crate::protocol::frame::Hello;
 use crate::Error;
 
 /// One side of an in-memory link.
 struct MemoryLink {
-    id: LinkId,
+    parts: HeapLinkParts,
     cq: Arc<ChannelCq>,
-    send_pool: HeapSendPool,
-    recv_ring: Arc<HeapRecvRing>,
-    local: Hello,
-    peer_hello: Hello,
-    name: String,
     peer: OnceLock<Weak<MemoryLink>>,
     closed: AtomicBool,
 }
@@ -33,7 +28,7 @@ impl MemoryLink {
     fn report_closed(&self, reason: &str) {
         if !self.closed.swap(true, Ordering::AcqRel) {
             self.cq.push(Completion::Closed {
-                link: self.id,
+                link: self.parts.id,
                 reason: reason.to_string(),
             });
         }
@@ -44,34 +39,29 @@ impl MemoryLink {
     }
 }
 
-impl Link for MemoryLink {
-    fn id(&self) -> LinkId {
-        self.id
+impl HeapLink for MemoryLink {
+    fn parts(&self) -> &HeapLinkParts {
+        &self.parts
     }
 
-    fn alloc_send(&self) -> Option<SendBuf> {
-        self.send_pool.alloc()
-    }
-
-    fn send_slot_size(&self) -> usize {
-        self.send_pool.slot_size()
-    }
-
-    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+    fn transmit(&self, frame: &[u8]) -> Result<(), Error> {
         let peer = match self.peer() {
             Some(p) if !self.closed.load(Ordering::Acquire) => p,
             _ => {
-                self.send_pool.release(buf);
                 return Err(Error::ConnectionClosed(
                     "in-memory peer is gone".to_string(),
-                ));
+                ))
             }
         };
-        let result = match peer.recv_ring.take_posted() {
-            Some(mut slot) if len <= slot.len() => {
-                slot[..len].copy_from_slice(&buf[..len]);
-                let buf = peer.recv_ring.completed(slot, len);
-                peer.cq.push(Completion::Recv { link: peer.id, buf });
+        let ring = &peer.parts.recv_ring;
+        match ring.take_posted() {
+            Some(mut slot) if frame.len() <= slot.len() => {
+                slot[..frame.len()].copy_from_slice(frame);
+                let buf = ring.completed(slot, frame.len());
+                peer.cq.push(Completion::Recv {
+                    link: peer.parts.id,
+                    buf,
+                });
                 Ok(())
             }
             // The protocol core never lets this happen; a receiver-not-ready is fatal as it
@@ -79,31 +69,10 @@ impl Link for MemoryLink {
             _ => Err(Error::ProtocolViolation(
                 "send without a posted receive slot at the peer".to_string(),
             )),
-        };
-        self.send_pool.release(buf);
-        if result.is_err() {
-            self.close();
         }
-        result
     }
 
-    fn take_reposted(&self) -> u32 {
-        self.recv_ring.take_reposted()
-    }
-
-    fn local_hello(&self) -> Hello {
-        self.local
-    }
-
-    fn peer_hello(&self) -> Hello {
-        self.peer_hello
-    }
-
-    fn peer_name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn close(&self) {
+    fn shutdown(&self) {
         self.report_closed("connection closed locally");
         if let Some(p) = self.peer() {
             p.report_closed("peer closed the connection");
@@ -126,13 +95,8 @@ fn make_link(
     name: &str,
 ) -> Arc<MemoryLink> {
     Arc::new(MemoryLink {
-        id,
+        parts: HeapLinkParts::new(id, ring, peer, name.to_string()),
         cq,
-        send_pool: HeapSendPool::new(ring.slot_count, ring.slot_size),
-        recv_ring: HeapRecvRing::new(ring.slot_count, ring.slot_size),
-        local: ring.hello(),
-        peer_hello: peer,
-        name: name.to_string(),
         peer: OnceLock::new(),
         closed: AtomicBool::new(false),
     })

@@ -13,8 +13,8 @@ use crossbeam::channel::{self, Receiver, Sender};
 
 use parking_lot::Mutex;
 
-use super::heap::{ChannelCq, HeapRecvRing, HeapSendPool};
-use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
+use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing};
+use super::{Acceptor, Completion, Link, LinkId, RingConfig};
 use crate::protocol::frame::{FrameKind, Header, Hello, HEADER_LEN, HELLO_LEN};
 use crate::Error;
 
@@ -24,56 +24,22 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct TcpLink {
-    id: LinkId,
+    parts: HeapLinkParts,
     writer: Mutex<TcpStream>,
     socket: TcpStream,
-    send_pool: HeapSendPool,
-    recv_ring: Arc<HeapRecvRing>,
-    local: Hello,
-    peer: Hello,
-    peer_addr: String,
     closed: AtomicBool,
 }
 
-impl Link for TcpLink {
-    fn id(&self) -> LinkId {
-        self.id
+impl HeapLink for TcpLink {
+    fn parts(&self) -> &HeapLinkParts {
+        &self.parts
     }
 
-    fn alloc_send(&self) -> Option<SendBuf> {
-        self.send_pool.alloc()
+    fn transmit(&self, frame: &[u8]) -> Result<(), Error> {
+        Ok(self.writer.lock().write_all(frame)?)
     }
 
-    fn send_slot_size(&self) -> usize {
-        self.send_pool.slot_size()
-    }
-
-    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
-        let result = self.writer.lock().write_all(&buf[..len]);
-        self.send_pool.release(buf);
-        result.map_err(|e| {
-            self.close();
-            Error::Io(e)
-        })
-    }
-
-    fn take_reposted(&self) -> u32 {
-        self.recv_ring.take_reposted()
-    }
-
-    fn local_hello(&self) -> Hello {
-        self.local
-    }
-
-    fn peer_hello(&self) -> Hello {
-        self.peer
-    }
-
-    fn peer_name(&self) -> String {
-        self.peer_addr.clone()
-    }
-
-    fn close(&self) {
+    fn shutdown(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
             // Unblocks the reader thread, which reports the closure.
             let _ = self.socket.shutdown(std::net::Shutdown::Both);
@@ -85,17 +51,17 @@ impl Link for TcpLink {
 fn reader_loop(link: Arc<TcpLink>, stream: TcpStream, cq: Arc<ChannelCq>) {
     let mut reader = BufReader::with_capacity(64 * 1024, stream);
     let reason = loop {
-        match read_frame(&mut reader, &link.recv_ring) {
+        match read_frame(&mut reader, &link.parts.recv_ring) {
             Ok((buf, len)) => cq.push_and_drive(Completion::Recv {
-                link: link.id,
-                buf: link.recv_ring.completed(buf, len),
+                link: link.parts.id,
+                buf: link.parts.recv_ring.completed(buf, len),
             }),
             Err(reason) => break reason,
         }
     };
-    link.close();
+    link.shutdown();
     cq.push(Completion::Closed {
-        link: link.id,
+        link: link.parts.id,
         reason,
     });
 }
@@ -146,8 +112,7 @@ fn establish(
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".to_string());
-    let local = ring.hello();
-    (&stream).write_all(&local.to_frame())?;
+    (&stream).write_all(&ring.hello().to_frame())?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut frame = [0u8; HEADER_LEN + HELLO_LEN];
     (&stream)
@@ -162,14 +127,9 @@ fn establish(
     let peer = Hello::decode(&frame[HEADER_LEN..])?;
     stream.set_read_timeout(None)?;
     let link = Arc::new(TcpLink {
-        id,
+        parts: HeapLinkParts::new(id, ring, peer, peer_addr),
         writer: Mutex::new(stream.try_clone()?),
         socket: stream.try_clone()?,
-        send_pool: HeapSendPool::new(ring.slot_count, ring.slot_size),
-        recv_ring: HeapRecvRing::new(ring.slot_count, ring.slot_size),
-        local,
-        peer,
-        peer_addr,
         closed: AtomicBool::new(false),
     });
     let (reader_link, reader_cq) = (Arc::clone(&link), Arc::clone(cq));
