@@ -91,26 +91,16 @@ impl CallCell {
         }
     }
 
-    /// Blocks until the outcome is there or `deadline` passes (`None`). Spins for `spin`
-    /// first: on a loaded 2-CPU machine a park/unpark round costs tens of microseconds.
-    fn wait(&self, deadline: Option<Instant>, spin: Duration) -> Option<Result<Payload, Status>> {
+    /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).
+    /// Any polling or spinning before it is `Started::drive`'s.
+    fn wait(&self, deadline: Option<Instant>) -> Option<Result<Payload, Status>> {
         self.thread_waiting.store(true, Ordering::Release);
-        let result = self.wait_inner(deadline, spin);
+        let result = self.wait_inner(deadline);
         self.thread_waiting.store(false, Ordering::Release);
         result
     }
 
-    fn wait_inner(
-        &self,
-        deadline: Option<Instant>,
-        spin: Duration,
-    ) -> Option<Result<Payload, Status>> {
-        if !spin.is_zero() {
-            let spin_until = Instant::now() + spin;
-            while !self.ready.load(Ordering::Acquire) && Instant::now() < spin_until {
-                std::hint::spin_loop();
-            }
-        }
+    fn wait_inner(&self, deadline: Option<Instant>) -> Option<Result<Payload, Status>> {
         loop {
             if let Some(r) = self.take() {
                 return Some(r);
@@ -441,7 +431,7 @@ impl Started {
     /// another thread; then it parks and leaves polling to the poller thread.
     fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Payload, Status> {
         self.drive(spin);
-        match self.cell.wait(self.deadline, Duration::ZERO) {
+        match self.cell.wait(self.deadline) {
             Some(r) => r,
             None => match self.conn.core.lock().cancel_call(self.id) {
                 Some(_) => Err(Status::deadline_exceeded(format!(
@@ -449,7 +439,7 @@ impl Started {
                     method.path
                 ))),
                 // The response (or a failure) arrived while the deadline passed.
-                None => self.cell.wait(None, Duration::ZERO).expect("completed"),
+                None => self.cell.wait(None).expect("completed"),
             },
         }
     }
