@@ -26,7 +26,10 @@ impl Torture for TortureService {
     }
 
     fn sleep(&self, request: Request<SleepRequest>) -> Result<Nothing, Status> {
-        std::thread::sleep(Duration::from_millis(u64::from(request.get_ref().millis)));
+        let r = request.get_ref();
+        std::thread::sleep(
+            Duration::from_millis(u64::from(r.millis)) + Duration::from_micros(u64::from(r.micros)),
+        );
         Ok(Nothing {})
     }
 
@@ -134,7 +137,13 @@ pub fn message_sizes(client: &TortureClient) {
 pub fn deadline(client: &TortureClient) {
     let t0 = Instant::now();
     let err = client
-        .sleep(Request::new(SleepRequest { millis: 1000 }).with_timeout(Duration::from_millis(100)))
+        .sleep(
+            Request::new(SleepRequest {
+                millis: 1000,
+                micros: 0,
+            })
+            .with_timeout(Duration::from_millis(100)),
+        )
         .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
     assert!(
@@ -167,7 +176,12 @@ pub fn statuses(client: &TortureClient) {
 /// Stopping the server while calls are outstanding fails them with UNAVAILABLE, never a hang.
 pub fn server_stopped_mid_run(server: Server, client: &TortureClient) {
     let slow: Vec<_> = (0..4)
-        .map(|_| client.sleep_async(SleepRequest { millis: 2000 }))
+        .map(|_| {
+            client.sleep_async(SleepRequest {
+                millis: 2000,
+                micros: 0,
+            })
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(50));
     let t0 = Instant::now();
@@ -180,4 +194,88 @@ pub fn server_stopped_mid_run(server: Server, client: &TortureClient) {
     assert!(t0.elapsed() < Duration::from_secs(5));
     let err = client.echo(payload(1, 1)).unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err}");
+}
+
+/// Runs `f` on its own thread and fails the whole test process if it has not returned within
+/// `limit`: a hang becomes a failure with a message instead of a stuck CI run.
+pub fn with_watchdog<T: Send + 'static>(
+    name: &str,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = std::thread::Builder::new()
+        .name(format!("watched-{name}"))
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("spawn the watched thread");
+    match rx.recv_timeout(limit) {
+        Ok(value) => {
+            worker.join().expect("the watched thread");
+            value
+        }
+        // The sender is gone without a value: `f` panicked; re-raise its panic here.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(worker.join().expect_err("the watched thread panicked"))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Straight to stderr: libtest captures `eprintln!` of the test thread.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "watchdog: {name} did not finish within {limit:?}: a hang; failing the test process"
+            );
+            std::process::exit(101);
+        }
+    }
+}
+
+/// Server for [`deadline_races`]: 16 workers, as the user who found the hang had.
+pub fn serve_for_deadline_races(addr: &str, transport: TransportKind) -> Server {
+    Server::builder()
+        .ring(RING)
+        .workers(16)
+        .add_service(TortureServer::new(TortureService::default()))
+        .serve(addr, transport)
+        .expect("server starts")
+}
+
+/// Replies racing their deadlines: `threads` threads each make `per_thread` blocking calls
+/// with a 1 ms timeout to a handler that sleeps 900-1100 µs, so replies, deadline expiry and
+/// cancellation interleave in every order. Every call must end with OK or DEADLINE_EXCEEDED,
+/// none may hang (callers wrap this in [`with_watchdog`]), and the connection must still serve
+/// a plain call afterwards. Returns (ok, deadline exceeded).
+pub fn deadline_races(client: &TortureClient, threads: usize, per_thread: usize) -> (usize, usize) {
+    let ok = AtomicUsize::new(0);
+    let late = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (client, ok, late) = (client.clone(), &ok, &late);
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let micros = 900 + ((t * per_thread + i) * 7919 % 201) as u32;
+                    let req = Request::new(SleepRequest { millis: 0, micros })
+                        .with_timeout(Duration::from_millis(1));
+                    match client.sleep(req) {
+                        Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                        Err(e) if e.code() == Code::DeadlineExceeded => {
+                            late.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(e) => panic!("call {i} of thread {t}: unexpected {e}"),
+                    };
+                }
+            });
+        }
+    });
+    let (ok, late) = (ok.into_inner(), late.into_inner());
+    assert_eq!(ok + late, threads * per_thread);
+    let req = payload(99, 100);
+    assert_eq!(
+        client
+            .echo(req.clone())
+            .expect("a plain call after the races"),
+        req
+    );
+    (ok, late)
 }

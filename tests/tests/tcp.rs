@@ -1,6 +1,8 @@
 //! The end-to-end scenarios over TCP on loopback (run everywhere; the verbs suite runs the
 //! same scenarios inside the Soft-RoCE VM).
 
+use std::time::Duration;
+
 use rpc_core::TransportKind;
 use rpc_tests::scenarios::{self, connect, serve};
 
@@ -37,4 +39,16 @@ fn server_stopped_mid_run_gives_unavailable() {
     let server = serve("127.0.0.1:0", T);
     let client = connect(&server, T);
     scenarios::server_stopped_mid_run(server, &client);
+}
+
+/// The hang of issue 7: blocking callers with a 1 ms timeout against a handler that takes
+/// about as long. A watchdog fails the test instead of letting it hang.
+#[test]
+fn replies_racing_their_deadlines_never_hang() {
+    scenarios::with_watchdog("deadline races over TCP", Duration::from_secs(120), || {
+        let server = scenarios::serve_for_deadline_races("127.0.0.1:0", T);
+        let client = connect(&server, T);
+        let (ok, late) = scenarios::deadline_races(&client, 4, 3000);
+        eprintln!("deadline races over TCP: {ok} ok, {late} deadline exceeded");
+    });
 }

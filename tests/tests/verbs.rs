@@ -93,6 +93,22 @@ fn verbs_message_sizes_deadline_statuses() {
     scenarios::statuses(&client);
 }
 
+/// The hang of issue 7 over verbs: replies racing 1 ms deadlines, under a watchdog.
+#[test]
+fn verbs_replies_racing_their_deadlines_never_hang() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog(
+        "deadline races over verbs",
+        Duration::from_secs(300),
+        move || {
+            let server = scenarios::serve_for_deadline_races(&format!("{ip}:0"), V);
+            let client = connect(&server, V);
+            let (ok, late) = scenarios::deadline_races(&client, 4, 3000);
+            eprintln!("deadline races over verbs: {ok} ok, {late} deadline exceeded");
+        },
+    );
+}
+
 #[test]
 fn verbs_server_stopped_mid_run_gives_unavailable() {
     let Some(ip) = verbs_addr() else { return };
@@ -146,7 +162,12 @@ fn verbs_kill_9_of_the_server_fails_calls_promptly_and_the_client_reconnects() {
     let req = payload(1, 100);
     assert_eq!(client.echo(req.clone()).unwrap(), req);
     let slow: Vec<_> = (0..4)
-        .map(|_| client.sleep_async(SleepRequest { millis: 20_000 }))
+        .map(|_| {
+            client.sleep_async(SleepRequest {
+                millis: 20_000,
+                micros: 0,
+            })
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();

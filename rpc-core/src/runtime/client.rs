@@ -431,16 +431,19 @@ impl Started {
     /// another thread; then it parks and leaves polling to the poller thread.
     fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Payload, Status> {
         self.drive(spin);
-        match self.cell.wait(self.deadline) {
-            Some(r) => r,
-            None => match self.conn.core.lock().cancel_call(self.id) {
-                Some(_) => Err(Status::deadline_exceeded(format!(
-                    "{}: no response within the deadline",
-                    method.path
-                ))),
-                // The response (or a failure) arrived while the deadline passed.
-                None => self.cell.wait(None).expect("completed"),
-            },
+        if let Some(r) = self.cell.wait(self.deadline) {
+            return r;
+        }
+        // Bound before matching: a guard in the scrutinee would live through the arms, and
+        // the completing thread needs this lock while we wait there (the issue 7 hang).
+        let withdrawn = self.conn.core.lock().cancel_call(self.id);
+        match withdrawn {
+            Some(_) => Err(Status::deadline_exceeded(format!(
+                "{}: no response within the deadline",
+                method.path
+            ))),
+            // The response (or a failure) arrived while the deadline passed.
+            None => self.cell.wait(None).expect("completed"),
         }
     }
 }
