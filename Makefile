@@ -5,7 +5,7 @@
 #   make build              cargo build --workspace
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
-#   make test               fmt check, clippy, cargo test, then the verbs suite in the VM
+#   make test               fmt check, clippy, cargo test, loom models, then the verbs suite in the VM
 #                           (one host, then two hosts)
 #   make test-verbs         the verbs tests inside scripts/softroce-vm (one guest)
 #   make test-verbs-2hosts  two-host verbs tests + the examples across two guests
@@ -40,7 +40,7 @@ export ECHO_SIZE ECHO_CONCURRENCY
 
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
-.PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test \
+.PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom \
 	test-verbs test-verbs-2hosts test-verbs-native test-list bench
 
 setup:
@@ -66,7 +66,7 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check clippy unit-test test-verbs test-verbs-2hosts
+test: setup fmt-check clippy unit-test loom test-verbs test-verbs-2hosts
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -76,6 +76,11 @@ clippy:
 
 unit-test:
 	$(CARGO) test --workspace $(FEATURES)
+
+# The loom models of rpc-sync's hand-off primitives (their own target dir: --cfg loom rebuilds
+# every dependency).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom $(CARGO) test -p rpc-sync --release --test loom
 
 # The test executables, built on the host; one line per binary: target, package dir, path.
 test-list:

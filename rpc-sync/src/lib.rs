@@ -1,0 +1,66 @@
+//! The hand-off primitives of `rpc-core`'s data path, kept apart so that each can be
+//! model-checked with [loom](https://docs.rs/loom) quickly, and the one place outside the verbs
+//! module where `unsafe` code is allowed.
+//!
+//! - [`Mutex`] and [`RwLock`]: `parking_lot` locks that, in debug builds, count the locks the
+//!   current thread holds, so [`assert_unlocked`] can check at every park, post and call into
+//!   user code that no runtime lock is held there (a lock held across a wait is how the client
+//!   hung in issue 7).
+//! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
+//!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
+//!
+//! Quick start:
+//!
+//! ```
+//! use rpc_sync::{assert_unlocked, Exclusive, Mutex};
+//!
+//! let queue = Mutex::new(Vec::new());
+//! queue.lock().push(1);            // the guard is dropped at the end of the statement
+//! assert_unlocked("before a post"); // panics in debug builds if a counted lock is held
+//!
+//! let owner = Exclusive::new(0u32);
+//! if let Some(mut state) = owner.try_lock() {
+//!     *state += 1;                  // only one thread at a time gets here; others go on
+//! }
+//! assert_eq!(*owner.try_lock().unwrap(), 1);
+//! ```
+//!
+//! Under `--cfg loom` the primitives are built on loom's atomics and cells; `tests/loom.rs`
+//! holds the models (`RUSTFLAGS="--cfg loom" cargo test -p rpc-sync --release --test loom`).
+
+mod exclusive;
+mod lockdep;
+mod locks;
+
+pub use exclusive::{Exclusive, ExclusiveGuard};
+pub use lockdep::{assert_unlocked, held_locks};
+pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Atomics and cells: std's, or loom's under `--cfg loom`.
+pub(crate) mod primitive {
+    #[cfg(loom)]
+    pub(crate) use loom::cell::UnsafeCell;
+    #[cfg(loom)]
+    pub(crate) use loom::sync::atomic::AtomicBool;
+
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::atomic::AtomicBool;
+
+    /// `std`'s `UnsafeCell` with loom's closure-based access, so one body serves both.
+    #[cfg(not(loom))]
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    #[cfg(not(loom))]
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            UnsafeCell(std::cell::UnsafeCell::new(value))
+        }
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
