@@ -27,6 +27,15 @@ pub enum Error {
     /// A frame that breaks a rule of `docs/PROTOCOL.md`.
     #[error("malformed frame: {0}")]
     MalformedFrame(&'static str),
+    /// The peer broke a rule of `docs/PROTOCOL.md`: `violation` names the row of its
+    /// violation table. The connection is closed.
+    #[error("protocol violation `{violation}`: {detail}")]
+    Protocol {
+        /// The rule.
+        violation: crate::protocol::v2::Violation,
+        /// What exactly happened.
+        detail: String,
+    },
     /// The peer broke the protocol's sequencing or flow-control rules.
     #[error("protocol violation: {0}")]
     ProtocolViolation(String),

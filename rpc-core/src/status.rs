@@ -100,11 +100,13 @@ impl fmt::Display for Code {
     }
 }
 
-/// The outcome of a failed call: a [`Code`] and a human-readable message. Crosses the wire.
+/// The outcome of a failed call: a [`Code`], a human-readable message and optional binary
+/// details (by convention a serialized `google.rpc.Status`). All three cross the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     code: Code,
     message: String,
+    details: Vec<u8>,
 }
 
 macro_rules! status_constructors {
@@ -161,7 +163,19 @@ impl Status {
         Status {
             code,
             message: message.into(),
+            details: Vec::new(),
         }
+    }
+
+    /// The same status with binary `details` (sent as `grpc-status-details-bin`).
+    pub fn with_details(mut self, details: impl Into<Vec<u8>>) -> Status {
+        self.details = details.into();
+        self
+    }
+
+    /// The binary details (empty when there are none).
+    pub fn details(&self) -> &[u8] {
+        &self.details
     }
 
     /// The status code.

@@ -8,3 +8,4 @@ pub mod frame;
 
 pub use conn::{Body, Connection, Event, MessageHead};
 pub use frame::{FrameKind, Header, Hello, HEADER_LEN};
+pub mod v2;

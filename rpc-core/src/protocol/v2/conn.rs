@@ -1,0 +1,1275 @@
+//! [`Connection`]: the protocol state of one connection (version 2), without I/O, threads or
+//! a clock. One owner at a time drives it: received frames go in through
+//! [`Connection::on_frame`] and come out as [`Event`]s; outgoing frames go in through
+//! [`Connection::send`] (straight back out when credits and the call's window allow, otherwise
+//! queued) and come out of [`Connection::poll_transmit`].
+//!
+//! `C` is what the runtime keeps per call (given back when the call ends); `P` is an outgoing
+//! frame buffer (a registered send slot in the runtime, a `Vec<u8>` in tests) into which the
+//! payload was already encoded at offset [`HEADER_LEN`]: the core only writes headers, so a
+//! message is encoded exactly once, straight into the buffer that is posted.
+//!
+//! Bounds (`docs/PROTOCOL.md` §10): at most `max_calls` calls; per call at most one frame
+//! being reassembled (never more than the receiver's limits, grown with the bytes that
+//! arrived), at most one pending WINDOW and one pending CANCEL; at most one pending PING
+//! answer per connection. What the runtime queues with [`Connection::send`] is bounded by
+//! the runtime (one message per unary call; the send window for streams).
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
+
+use super::frame::{
+    flags, violation, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD,
+};
+use super::metadata;
+use super::Violation;
+use crate::{Code, Error, Status};
+
+/// Which end of the connection this is: clients open calls, servers answer them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Opens calls.
+    Client,
+    /// Answers calls.
+    Server,
+}
+
+/// What a received frame amounts to. Payloads borrow the frame when they arrived in one
+/// segment and are owned when reassembled.
+#[derive(Debug)]
+pub enum Event<'f, C> {
+    /// Nothing for the application (credits, a middle segment, a discarded frame, a PING
+    /// whose answer is now queued).
+    None,
+    /// Server: a call opened with request headers (HEADERS with OPEN).
+    Opened {
+        /// The call.
+        call: u64,
+        /// The method id.
+        method: u32,
+        /// The caller's timeout in microseconds (0: none); the deadline starts now.
+        timeout_us: u32,
+        /// The request metadata block (validated).
+        headers: Cow<'f, [u8]>,
+    },
+    /// Client: the response headers of a call.
+    Headers {
+        /// The call.
+        call: u64,
+        /// The metadata block (validated).
+        headers: Cow<'f, [u8]>,
+    },
+    /// A message of a call.
+    Message {
+        /// The call.
+        call: u64,
+        /// Server: `Some((method, timeout_us))` when this message opened the call.
+        opened: Option<(u32, u32)>,
+        /// The message bytes.
+        body: Cow<'f, [u8]>,
+        /// Server: the client half-closed with this message. Client: this was the last
+        /// message and the call ended with status OK (`ended` holds the call's data).
+        end: bool,
+        /// Client: the call's data, when `end` ended the call.
+        ended: Option<C>,
+    },
+    /// Server: the client half-closed (END without a message).
+    HalfClosed {
+        /// The call.
+        call: u64,
+    },
+    /// Client: the server ended the call with a status and trailers.
+    Ended {
+        /// The call.
+        call: u64,
+        /// The status code (values above 16 read as UNKNOWN).
+        code: Code,
+        /// The trailers block (validated); `grpc-message` and `grpc-status-details-bin`
+        /// carry the status message and details.
+        trailers: Cow<'f, [u8]>,
+        /// The call's data.
+        user: C,
+    },
+    /// The peer cancelled a call.
+    Cancelled {
+        /// The call.
+        call: u64,
+        /// The reason the peer gave (a status code).
+        reason: Code,
+        /// The call's data.
+        user: C,
+    },
+    /// The core gave the call up because the peer exceeded one of our limits (a message or
+    /// metadata block too large): a server's END with `status`, a client's CANCEL, are
+    /// already queued.
+    Refused {
+        /// The call.
+        call: u64,
+        /// Why.
+        status: Status,
+        /// The call's data.
+        user: C,
+    },
+    /// The peer will process no call above `last_call`; calls above it that were open are
+    /// given back (they were never processed, so they may be retried).
+    Goodbye {
+        /// The highest call id the peer processes.
+        last_call: u64,
+        /// The calls above it.
+        unprocessed: Vec<(u64, C)>,
+    },
+    /// The answer to one of our PINGs.
+    Pong {
+        /// The value the PING carried.
+        data: u64,
+    },
+}
+
+/// An outgoing frame handed to [`Connection::send`].
+#[derive(Debug)]
+pub struct Outgoing<P> {
+    /// HEADERS, MESSAGE or END.
+    pub kind: Kind,
+    /// [`flags`] bits (OPEN is set by the core for a call's first frame).
+    pub flags: u16,
+    /// Server END: the status code; otherwise 0.
+    pub code: u32,
+    /// The payload.
+    pub payload: Payload<P>,
+}
+
+/// The payload of an outgoing frame.
+#[derive(Debug)]
+pub enum Payload<P> {
+    /// Already encoded at `[HEADER_LEN..HEADER_LEN + len]` of a send buffer; `len` must fit
+    /// one frame ([`Connection::max_segment`]).
+    InBuffer(P, usize),
+    /// Bytes to be cut into segments and copied into send buffers.
+    Bytes(Vec<u8>),
+}
+
+impl<P> Payload<P> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::InBuffer(_, len) => *len,
+            Payload::Bytes(v) => v.len(),
+        }
+    }
+}
+
+/// Why [`Connection::open_call`] or [`Connection::send`] refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// The call is not open (it ended, was cancelled, or never existed).
+    NotOpen,
+    /// This side already ended its half of the call.
+    Ended,
+    /// The peer said GOODBYE: no new calls.
+    GoingAway,
+    /// `max_calls` calls are open; retry when one ends.
+    AtCapacity,
+    /// The frame breaks the peer's limits (`max_message_size`, `max_metadata_size`).
+    TooLarge(String),
+    /// The frame is not valid for this role or this point of the call.
+    Invalid(&'static str),
+}
+
+#[derive(Debug)]
+struct Queued<P> {
+    header: Header,
+    payload: Payload<P>,
+    sent: usize,
+}
+
+#[derive(Debug)]
+struct Partial {
+    first: Header,
+    received: u32,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Both sides may still send.
+    Open,
+    /// This side gave the call up or finished it; frames for it are discarded. A client
+    /// keeps counting the call until its CANCEL is emitted.
+    Closing,
+}
+
+#[derive(Debug)]
+struct Call<C, P> {
+    user: Option<C>,
+    state: State,
+    /// This side may still send frames (has not ended its half).
+    send_open: bool,
+    /// Frames of this side sent or queued so far (the first one opens the call).
+    frames_sent: u32,
+    /// Whether this side sent a MESSAGE (response headers must come first).
+    message_sent: bool,
+    send_window: i64,
+    out: VecDeque<Queued<P>>,
+    in_ready: bool,
+    /// The peer may still send frames.
+    recv_open: bool,
+    /// The peer sent a MESSAGE (a server's HEADERS must come first).
+    message_received: bool,
+    headers_received: bool,
+    recv_window: i64,
+    window_owed: u32,
+    window_queued: bool,
+    cancel: Option<Code>,
+    partial: Option<Partial>,
+}
+
+impl<C, P> Call<C, P> {
+    fn new(user: Option<C>, peer_window: u32, local_window: u32) -> Self {
+        Call {
+            user,
+            state: State::Open,
+            send_open: true,
+            frames_sent: 0,
+            message_sent: false,
+            send_window: peer_window.into(),
+            out: VecDeque::new(),
+            in_ready: false,
+            recv_open: true,
+            message_received: false,
+            headers_received: false,
+            recv_window: local_window.into(),
+            window_owed: 0,
+            window_queued: false,
+            cancel: None,
+            partial: None,
+        }
+    }
+
+    /// Whether the first queued frame may start now as far as the call's window goes.
+    fn front_ready(&self) -> bool {
+        match self.out.front() {
+            Some(q) => q.sent > 0 || q.header.kind != Kind::Message || self.send_window > 0,
+            None => false,
+        }
+    }
+}
+
+/// Per-connection protocol state; see the module docs.
+#[derive(Debug)]
+pub struct Connection<C, P> {
+    role: Role,
+    local: Hello,
+    peer: Hello,
+    max_segment: usize,
+    /// Credits we hold for the peer's slots.
+    send_credits: u32,
+    /// Credits we owe the peer (slots released, not yet returned).
+    owed: u32,
+    /// Credits the peer holds for our slots, as far as we know (never below the truth).
+    peer_credits: u32,
+    calls: HashMap<u64, Call<C, P>>,
+    /// Calls counted against `max_calls`.
+    counted_calls: u32,
+    /// Highest call id opened on this connection.
+    highest_call: u64,
+    /// Calls whose first queued frame waits only for credits, in arrival order.
+    ready: VecDeque<u64>,
+    /// Calls with a WINDOW or CANCEL to send.
+    control: VecDeque<u64>,
+    ping: Option<u64>,
+    pong: Option<u64>,
+    goodbye_to_send: Option<u64>,
+    goodbye_sent: Option<u64>,
+    goodbye_received: Option<u64>,
+}
+
+/// Bytes a MESSAGE costs against a call's window.
+fn window_cost(len: u32) -> i64 {
+    i64::from(len) + i64::from(MESSAGE_OVERHEAD)
+}
+
+impl<C, P> Connection<C, P>
+where
+    P: std::ops::DerefMut<Target = [u8]>,
+{
+    /// State for a connection whose handshake exchanged `local` and `peer`; frames we send
+    /// also stay within our own send buffers of `send_buffer_size` bytes.
+    pub fn new(role: Role, local: Hello, peer: Hello, send_buffer_size: usize) -> Self {
+        let max_frame = (peer.slot_size as usize).min(send_buffer_size);
+        Connection {
+            role,
+            local,
+            peer,
+            max_segment: max_frame.saturating_sub(HEADER_LEN).max(1),
+            send_credits: peer.slot_count,
+            owed: 0,
+            peer_credits: local.slot_count,
+            calls: HashMap::new(),
+            counted_calls: 0,
+            highest_call: 0,
+            ready: VecDeque::new(),
+            control: VecDeque::new(),
+            ping: None,
+            pong: None,
+            goodbye_to_send: None,
+            goodbye_sent: None,
+            goodbye_received: None,
+        }
+    }
+
+    /// This side's role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The peer's HELLO.
+    pub fn peer(&self) -> &Hello {
+        &self.peer
+    }
+
+    /// Our HELLO.
+    pub fn local(&self) -> &Hello {
+        &self.local
+    }
+
+    /// Most payload bytes one frame to the peer carries.
+    pub fn max_segment(&self) -> usize {
+        self.max_segment
+    }
+
+    /// Credits we hold for sending.
+    pub fn send_credits(&self) -> u32 {
+        self.send_credits
+    }
+
+    /// Calls counted against `max_calls` (open, or cancelled with the CANCEL not yet sent).
+    pub fn open_calls(&self) -> u32 {
+        self.counted_calls
+    }
+
+    /// The call's data, if the call is open.
+    pub fn user(&self, call: u64) -> Option<&C> {
+        self.calls
+            .get(&call)
+            .filter(|c| c.state == State::Open)
+            .and_then(|c| c.user.as_ref())
+    }
+
+    /// Sets the call's data (a server sets it after [`Event::Opened`] or an opening
+    /// [`Event::Message`]). Returns false if the call is not open.
+    pub fn set_user(&mut self, call: u64, user: C) -> bool {
+        match self.calls.get_mut(&call) {
+            Some(c) if c.state == State::Open => {
+                c.user = Some(user);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The GOODBYE the peer sent, if any: the highest call id it processes.
+    pub fn goodbye_received(&self) -> Option<u64> {
+        self.goodbye_received
+    }
+
+    // ----- receiving ---------------------------------------------------------------------
+
+    /// Processes one received frame (header and payload, exactly as it arrived). An error is
+    /// a protocol violation: the caller closes the connection.
+    pub fn on_frame<'f>(&mut self, frame: &'f [u8]) -> Result<Event<'f, C>, Error> {
+        let h = Header::decode(frame)?;
+        let needed = HEADER_LEN + h.segment_len as usize;
+        if frame.len() != needed {
+            return Err(violation(
+                Violation::LengthMismatch,
+                format!("{} bytes, the header says {needed}", frame.len()),
+            ));
+        }
+        if frame.len() > self.local.slot_size as usize {
+            return Err(violation(
+                Violation::FrameTooLarge,
+                format!("{} bytes, slots are {}", frame.len(), self.local.slot_size),
+            ));
+        }
+        if h.kind == Kind::Hello {
+            return Err(violation(
+                Violation::HelloRepeated,
+                "HELLO after the handshake",
+            ));
+        }
+        self.take_credit(&h)?;
+        let payload = &frame[HEADER_LEN..];
+        match h.kind {
+            Kind::Hello => unreachable!("refused above"),
+            Kind::Credit => Ok(Event::None),
+            Kind::Ping => Ok(self.on_ping(&h)),
+            Kind::Goodbye => self.on_goodbye(&h),
+            Kind::Window => self.on_window(&h).map(|()| Event::None),
+            Kind::Cancel => self.on_cancel(&h),
+            Kind::Headers | Kind::Message | Kind::End => self.on_call_frame(&h, payload),
+        }
+    }
+
+    /// Credit accounting of one received frame: the peer must have held a credit (two for
+    /// anything but CREDIT) and may not return more than it can owe.
+    fn take_credit(&mut self, h: &Header) -> Result<(), Error> {
+        match self.peer_credits {
+            0 => {
+                return Err(violation(
+                    Violation::CreditOverrun,
+                    format!("{} frame with no credit granted", h.kind.name()),
+                ))
+            }
+            1 if h.kind != Kind::Credit => {
+                return Err(violation(
+                    Violation::ReserveSpent,
+                    format!("{} frame on the reserve credit", h.kind.name()),
+                ))
+            }
+            _ => self.peer_credits -= 1,
+        }
+        let credits = self.send_credits + u32::from(h.credits);
+        if credits > self.peer.slot_count {
+            return Err(violation(
+                Violation::CreditExcess,
+                format!(
+                    "{} credits returned, {} held, the peer has {} slots",
+                    h.credits, self.send_credits, self.peer.slot_count
+                ),
+            ));
+        }
+        self.send_credits = credits;
+        Ok(())
+    }
+
+    fn on_ping(&mut self, h: &Header) -> Event<'static, C> {
+        if h.has(flags::ACK) {
+            return Event::Pong { data: h.call_id };
+        }
+        // Answer the latest PING only: a flood of PINGs queues one answer.
+        self.pong = Some(h.call_id);
+        Event::None
+    }
+
+    fn on_goodbye(&mut self, h: &Header) -> Result<Event<'static, C>, Error> {
+        if let Some(previous) = self.goodbye_received {
+            if h.call_id > previous {
+                return Err(violation(
+                    Violation::GoodbyeRaised,
+                    format!("GOODBYE {} after GOODBYE {previous}", h.call_id),
+                ));
+            }
+        }
+        self.goodbye_received = Some(h.call_id);
+        let mut unprocessed = Vec::new();
+        if self.role == Role::Client {
+            let above: Vec<u64> = self
+                .calls
+                .iter()
+                .filter(|(&id, c)| id > h.call_id && c.state == State::Open)
+                .map(|(&id, _)| id)
+                .collect();
+            for id in above {
+                if let Some(user) = self.close_call(id) {
+                    unprocessed.push((id, user));
+                }
+            }
+            unprocessed.sort_by_key(|(id, _)| *id);
+        }
+        Ok(Event::Goodbye {
+            last_call: h.call_id,
+            unprocessed,
+        })
+    }
+
+    /// Looks up the open call a non-opening frame is for: `Ok(None)` when it is not open any
+    /// more (frames in flight after an END or CANCEL are discarded).
+    fn open_call_for(&mut self, h: &Header) -> Result<Option<&mut Call<C, P>>, Error> {
+        if h.call_id > self.highest_call {
+            return Err(violation(
+                Violation::UnknownCall,
+                format!(
+                    "{} for call {} that was never opened",
+                    h.kind.name(),
+                    h.call_id
+                ),
+            ));
+        }
+        Ok(self
+            .calls
+            .get_mut(&h.call_id)
+            .filter(|c| c.state == State::Open))
+    }
+
+    fn on_window(&mut self, h: &Header) -> Result<(), Error> {
+        let Some(call) = self.open_call_for(h)? else {
+            return Ok(());
+        };
+        let window = call.send_window + i64::from(h.code);
+        if window > i64::from(MAX_WINDOW) {
+            return Err(violation(
+                Violation::WindowExcess,
+                format!("window of call {} would be {window}", h.call_id),
+            ));
+        }
+        call.send_window = window;
+        if !call.in_ready && call.front_ready() {
+            call.in_ready = true;
+            self.ready.push_back(h.call_id);
+        }
+        Ok(())
+    }
+
+    fn on_cancel(&mut self, h: &Header) -> Result<Event<'static, C>, Error> {
+        if self.open_call_for(h)?.is_none() {
+            return Ok(Event::None);
+        }
+        let user = self.close_call(h.call_id);
+        Ok(match user {
+            Some(user) => Event::Cancelled {
+                call: h.call_id,
+                reason: Code::from_u32(h.code),
+                user,
+            },
+            None => Event::None,
+        })
+    }
+
+    fn on_call_frame<'f>(&mut self, h: &Header, payload: &'f [u8]) -> Result<Event<'f, C>, Error> {
+        if h.has(flags::OPEN) && h.is_first_segment() {
+            self.open_incoming(h)?;
+        }
+        let role = self.role;
+        let local = self.local;
+        let Some(call) = self.open_call_for(h)? else {
+            return Ok(Event::None);
+        };
+        // Segments: one frame of a call at a time, in order, repeating the first's fields.
+        let whole: Cow<'f, [u8]> = if h.is_first_segment() {
+            if call.partial.is_some() {
+                return Err(violation(
+                    Violation::SegmentRestart,
+                    format!("new {} of call {} mid-frame", h.kind.name(), h.call_id),
+                ));
+            }
+            check_call_order(role, call, h)?;
+            if let Some(refusal) = over_limit(role, &local, h) {
+                return Ok(self.refuse(h.call_id, refusal));
+            }
+            if h.kind == Kind::Message {
+                if call.recv_window <= 0 {
+                    return Err(violation(
+                        Violation::WindowOverrun,
+                        format!("MESSAGE on call {} with its window spent", h.call_id),
+                    ));
+                }
+                call.recv_window -= window_cost(h.message_len);
+            }
+            if h.is_last_segment() {
+                Cow::Borrowed(payload)
+            } else {
+                // Grown with what arrives, never reserved from the declared length.
+                call.partial = Some(Partial {
+                    first: *h,
+                    received: h.segment_len,
+                    buf: payload.to_vec(),
+                });
+                return Ok(Event::None);
+            }
+        } else {
+            let Some(p) = call.partial.as_mut() else {
+                return Err(violation(
+                    Violation::SegmentOrphan,
+                    format!("continuation of call {} with no frame started", h.call_id),
+                ));
+            };
+            if !h.same_frame_as(&p.first) {
+                return Err(violation(
+                    Violation::SegmentMismatch,
+                    format!("segment of call {} changes its header", h.call_id),
+                ));
+            }
+            if h.segment_offset != p.received {
+                return Err(violation(
+                    Violation::SegmentGap,
+                    format!(
+                        "segment of call {} at {} where {} was expected",
+                        h.call_id, h.segment_offset, p.received
+                    ),
+                ));
+            }
+            p.buf.extend_from_slice(payload);
+            p.received += h.segment_len;
+            if !h.is_last_segment() {
+                return Ok(Event::None);
+            }
+            Cow::Owned(call.partial.take().expect("checked above").buf)
+        };
+        self.complete_frame(h, whole)
+    }
+
+    /// Registers a call the peer opens (server) or refuses the attempt.
+    fn open_incoming(&mut self, h: &Header) -> Result<(), Error> {
+        if self.role == Role::Client {
+            return Err(violation(
+                Violation::WrongRole,
+                format!("the server opened call {}", h.call_id),
+            ));
+        }
+        if h.call_id <= self.highest_call {
+            return Err(violation(
+                Violation::CallIdOrder,
+                format!("call {} opened after call {}", h.call_id, self.highest_call),
+            ));
+        }
+        if self.counted_calls >= self.local.max_calls {
+            return Err(violation(
+                Violation::TooManyCalls,
+                format!(
+                    "call {} beyond max_calls {}",
+                    h.call_id, self.local.max_calls
+                ),
+            ));
+        }
+        self.highest_call = h.call_id;
+        self.counted_calls += 1;
+        self.calls.insert(
+            h.call_id,
+            Call::new(None, self.peer.call_window, self.local.call_window),
+        );
+        if let Some(last) = self.goodbye_sent {
+            if h.call_id > last {
+                // Not processed: the client may retry it elsewhere.
+                let status = Status::unavailable("the server is going away (GOODBYE sent)");
+                let _ = self.end_call(h.call_id, &status, &[]);
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// A whole HEADERS, MESSAGE or END frame of an open call has arrived.
+    fn complete_frame<'f>(
+        &mut self,
+        h: &Header,
+        whole: Cow<'f, [u8]>,
+    ) -> Result<Event<'f, C>, Error> {
+        let call_id = h.call_id;
+        if matches!(h.kind, Kind::Headers | Kind::End) {
+            metadata::validate(&whole)?;
+        }
+        let call = self.calls.get_mut(&call_id).expect("open call");
+        let opening = h.has(flags::OPEN);
+        match (h.kind, self.role) {
+            (Kind::Headers, Role::Server) => Ok(Event::Opened {
+                call: call_id,
+                method: h.code,
+                timeout_us: h.timeout_us,
+                headers: whole,
+            }),
+            (Kind::Headers, Role::Client) => {
+                call.headers_received = true;
+                Ok(Event::Headers {
+                    call: call_id,
+                    headers: whole,
+                })
+            }
+            (Kind::Message, role) => {
+                call.message_received = true;
+                let end = h.has(flags::END);
+                let mut ended = None;
+                if end {
+                    call.recv_open = false;
+                    if role == Role::Client {
+                        ended = self.close_call(call_id);
+                    }
+                }
+                Ok(Event::Message {
+                    call: call_id,
+                    opened: opening.then_some((h.code, h.timeout_us)),
+                    body: whole,
+                    end,
+                    ended,
+                })
+            }
+            (Kind::End, Role::Server) => {
+                call.recv_open = false;
+                Ok(Event::HalfClosed { call: call_id })
+            }
+            (Kind::End, Role::Client) => {
+                let user = self.close_call(call_id);
+                Ok(match user {
+                    Some(user) => Event::Ended {
+                        call: call_id,
+                        code: Code::from_u32(h.code),
+                        trailers: whole,
+                        user,
+                    },
+                    None => Event::None,
+                })
+            }
+            _ => unreachable!("only call frames get here"),
+        }
+    }
+
+    /// Gives up a call the peer overloaded: a server answers END with `status`, a client
+    /// cancels.
+    fn refuse<'f>(&mut self, call: u64, status: Status) -> Event<'f, C> {
+        let user = match self.role {
+            Role::Server => {
+                let user = self.calls.get_mut(&call).and_then(|c| c.user.take());
+                let _ = self.end_call(call, &status, &[]);
+                user
+            }
+            Role::Client => self.cancel(call, status.code()),
+        };
+        match user {
+            Some(user) => Event::Refused { call, status, user },
+            // A server call whose runtime data was not set yet: nothing to tell.
+            None => Event::None,
+        }
+    }
+
+    /// Marks a call closed on this side; returns its data. Counting: a server stops counting
+    /// it now; a client when the server ended it (now) or when its CANCEL is emitted.
+    fn close_call(&mut self, id: u64) -> Option<C> {
+        let call = self.calls.get_mut(&id)?;
+        if call.state != State::Open {
+            return None;
+        }
+        call.state = State::Closing;
+        call.partial = None;
+        // Frames queued for it are pointless now (a started frame's remaining segments
+        // included: the receiver drops a partial frame when the call ends).
+        call.out.clear();
+        let user = call.user.take();
+        if call.cancel.is_none() {
+            self.counted_calls -= 1;
+        }
+        if call.cancel.is_none() {
+            self.calls.remove(&id);
+        }
+        user
+    }
+
+    // ----- slots and windows -------------------------------------------------------------
+
+    /// Reports `slots` receive slots released (re-posted, their frames consumed): credits
+    /// owed to the peer.
+    pub fn released(&mut self, slots: u32) {
+        self.owed += slots;
+    }
+
+    /// Reports that the application consumed `bytes` of a call's received messages (their
+    /// window cost, see [`Connection::message_cost`]), so the window can be returned.
+    pub fn consumed(&mut self, call: u64, bytes: u32) {
+        let Some(c) = self.calls.get_mut(&call) else {
+            return;
+        };
+        if c.state != State::Open || !c.recv_open {
+            return;
+        }
+        c.recv_window += i64::from(bytes);
+        c.window_owed = c.window_owed.saturating_add(bytes);
+        // Return the window in halves of the initial one: few WINDOW frames, no stall.
+        if c.window_owed >= (self.local.call_window / 2).max(1) && !c.window_queued {
+            c.window_queued = true;
+            self.control.push_back(call);
+        }
+    }
+
+    /// The window cost of a message of `len` bytes.
+    pub fn message_cost(len: usize) -> u32 {
+        (len as u32).saturating_add(MESSAGE_OVERHEAD)
+    }
+
+    // ----- sending -----------------------------------------------------------------------
+
+    /// Opens a call (client): registers `user` and returns the call id. The call's first
+    /// frame, sent with [`Connection::send`], carries OPEN, `method` and `timeout_us`.
+    pub fn open_call(&mut self, user: C) -> Result<u64, SendError> {
+        if self.role != Role::Client {
+            return Err(SendError::Invalid("only clients open calls"));
+        }
+        if self.goodbye_received.is_some() {
+            return Err(SendError::GoingAway);
+        }
+        if self.counted_calls >= self.peer.max_calls {
+            return Err(SendError::AtCapacity);
+        }
+        self.highest_call += 1;
+        self.counted_calls += 1;
+        let id = self.highest_call;
+        self.calls.insert(
+            id,
+            Call::new(Some(user), self.peer.call_window, self.local.call_window),
+        );
+        Ok(id)
+    }
+
+    /// Sends a frame on an open call: returns the buffer with its header written and the
+    /// frame's length when it may be posted now, or `None` when the core queued it (it comes
+    /// out of [`Connection::poll_transmit`]). A call's first frame (client) must be HEADERS
+    /// or MESSAGE and gets OPEN, `method` and `timeout_us` (ignored afterwards).
+    pub fn send(
+        &mut self,
+        call_id: u64,
+        frame: Outgoing<P>,
+        method: u32,
+        timeout_us: u32,
+    ) -> Result<Option<(P, usize)>, SendError> {
+        let role = self.role;
+        let (peer_max_message, peer_max_metadata) =
+            (self.peer.max_message_size, self.peer.max_metadata_size);
+        let max_segment = self.max_segment;
+        let Some(call) = self
+            .calls
+            .get_mut(&call_id)
+            .filter(|c| c.state == State::Open)
+        else {
+            return Err(SendError::NotOpen);
+        };
+        if !call.send_open {
+            return Err(SendError::Ended);
+        }
+        let len = frame.payload.len();
+        let limit = match frame.kind {
+            Kind::Message => peer_max_message,
+            _ => peer_max_metadata,
+        };
+        if len > limit as usize {
+            return Err(SendError::TooLarge(format!(
+                "{} of {len} bytes exceeds the peer's limit of {limit} bytes",
+                frame.kind.name()
+            )));
+        }
+        if let Payload::InBuffer(_, n) = frame.payload {
+            if n > max_segment {
+                return Err(SendError::Invalid(
+                    "an in-buffer payload must fit one frame",
+                ));
+            }
+        }
+        let mut fl = frame.flags & !flags::OPEN;
+        let (mut code, mut timeout) = (frame.code, 0);
+        match (role, frame.kind) {
+            (Role::Client, Kind::Headers) if call.frames_sent > 0 => {
+                return Err(SendError::Invalid("a client sends HEADERS only to open"))
+            }
+            (Role::Client, Kind::End) if call.frames_sent == 0 => {
+                return Err(SendError::Invalid("a call opens with HEADERS or MESSAGE"))
+            }
+            (Role::Client, Kind::End) if code != 0 || len != 0 => {
+                return Err(SendError::Invalid("a client's END is empty"))
+            }
+            (Role::Client, _) if call.frames_sent == 0 => {
+                fl |= flags::OPEN;
+                code = method;
+                timeout = timeout_us;
+            }
+            (Role::Client, Kind::Message) => code = 0,
+            (Role::Server, Kind::Headers) if call.message_sent || call.frames_sent > 0 => {
+                return Err(SendError::Invalid("response headers come first, once"))
+            }
+            (Role::Server, Kind::Message) | (Role::Server, Kind::Headers) => code = 0,
+            _ => {}
+        }
+        let ends = frame.kind == Kind::End || fl & flags::END != 0;
+        if ends && !(frame.kind == Kind::Message || frame.kind == Kind::End) {
+            return Err(SendError::Invalid("END only on MESSAGE"));
+        }
+        call.frames_sent += 1;
+        call.message_sent |= frame.kind == Kind::Message;
+        if ends {
+            call.send_open = false;
+        }
+        let header = Header {
+            kind: frame.kind,
+            flags: fl,
+            credits: 0,
+            call_id,
+            code,
+            timeout_us: timeout,
+            message_len: len as u32,
+            segment_offset: 0,
+            segment_len: 0,
+        };
+        call.out.push_back(Queued {
+            header,
+            payload: frame.payload,
+            sent: 0,
+        });
+        let server_done = role == Role::Server && ends;
+        // The fast path: nothing of this call or of others is waiting, window and credits
+        // allow, and the payload is already in its buffer.
+        let direct = call.out.len() == 1
+            && call.front_ready()
+            && self.ready.is_empty()
+            && self.send_credits >= 2
+            && matches!(
+                call.out.front().map(|q| &q.payload),
+                Some(Payload::InBuffer(..))
+            );
+        if server_done {
+            // Counted no more from now: the client counts it until our END reaches it.
+            self.counted_calls -= 1;
+            let call = self.calls.get_mut(&call_id).expect("present");
+            call.state = State::Closing;
+            call.partial = None;
+        }
+        if direct {
+            let out = self.emit_call_frame(call_id, &mut || None);
+            return Ok(out);
+        }
+        let call = self.calls.get_mut(&call_id).expect("present");
+        if !call.in_ready && call.front_ready() {
+            call.in_ready = true;
+            self.ready.push_back(call_id);
+        }
+        Ok(None)
+    }
+
+    /// Server: ends a call with `status` (OK included) and `trailers` (name, value pairs,
+    /// already valid: see [`metadata::valid_name`]). The status message is cut, and details
+    /// or trailers dropped, so the block fits the client's `max_metadata_size`.
+    pub fn end_call(
+        &mut self,
+        call: u64,
+        status: &Status,
+        trailers: &[(&str, &[u8])],
+    ) -> Result<Option<(P, usize)>, SendError> {
+        if self.role != Role::Server {
+            return Err(SendError::Invalid("only servers end calls with a status"));
+        }
+        let block = status_block(status, trailers, self.peer.max_metadata_size as usize);
+        self.send(
+            call,
+            Outgoing {
+                kind: Kind::End,
+                flags: 0,
+                code: status.code() as u32,
+                payload: Payload::Bytes(block),
+            },
+            0,
+            0,
+        )
+    }
+
+    /// Gives up a call: drops what is queued for it, queues a CANCEL with `reason` and
+    /// returns the call's data (`None` if it was not open).
+    pub fn cancel(&mut self, call_id: u64, reason: Code) -> Option<C> {
+        let call = self.calls.get_mut(&call_id)?;
+        if call.state != State::Open {
+            return None;
+        }
+        call.send_open = false;
+        call.cancel = Some(reason);
+        self.control.push_back(call_id);
+        self.close_call(call_id)
+    }
+
+    /// Queues a PING carrying `data` (a later PING replaces one not sent yet).
+    pub fn ping(&mut self, data: u64) {
+        self.ping = Some(data);
+    }
+
+    /// Queues a GOODBYE (server): calls opened after this are refused with UNAVAILABLE.
+    pub fn goodbye(&mut self) {
+        if self.goodbye_sent.is_none() {
+            self.goodbye_sent = Some(self.highest_call);
+            self.goodbye_to_send = Some(self.highest_call);
+        }
+    }
+
+    /// Whether [`Connection::poll_transmit`] has something to send (given buffers).
+    pub fn wants_transmit(&self) -> bool {
+        let data = self.send_credits >= 2
+            && (!self.ready.is_empty()
+                || !self.control.is_empty()
+                || self.ping.is_some()
+                || self.pong.is_some()
+                || self.goodbye_to_send.is_some());
+        data || (self.send_credits >= 1 && self.owed >= self.credit_threshold())
+    }
+
+    fn credit_threshold(&self) -> u32 {
+        (self.local.slot_count / 2).max(1)
+    }
+
+    /// The next frame to post, written into a buffer from `alloc` (or into a queued
+    /// payload's own buffer), with its length; `None` when nothing can go now.
+    pub fn poll_transmit(&mut self, alloc: &mut dyn FnMut() -> Option<P>) -> Option<(P, usize)> {
+        if self.send_credits >= 2 {
+            if let Some(frame) = self.poll_control(alloc) {
+                return Some(frame);
+            }
+            while let Some(id) = self.ready.pop_front() {
+                if !self.calls.get(&id).is_some_and(|c| c.front_ready()) {
+                    // Cancelled, or its window closed: it re-enters when that changes.
+                    if let Some(c) = self.calls.get_mut(&id) {
+                        c.in_ready = false;
+                    }
+                    continue;
+                }
+                let Some(frame) = self.emit_call_frame(id, alloc) else {
+                    self.ready.push_front(id);
+                    return None;
+                };
+                // Round robin: a call with more to send goes to the back.
+                if let Some(c) = self.calls.get_mut(&id) {
+                    c.in_ready = c.front_ready();
+                    if c.in_ready {
+                        self.ready.push_back(id);
+                    }
+                }
+                return Some(frame);
+            }
+        }
+        if self.send_credits >= 1 && self.owed >= self.credit_threshold() {
+            let mut buf = alloc()?;
+            self.send_credits -= 1;
+            let credits = self.take_owed();
+            Header {
+                credits,
+                ..Header::new(Kind::Credit)
+            }
+            .encode(&mut buf);
+            return Some((buf, HEADER_LEN));
+        }
+        None
+    }
+
+    /// CANCEL, WINDOW, PING answers, PINGs and GOODBYE, before data.
+    fn poll_control(&mut self, alloc: &mut dyn FnMut() -> Option<P>) -> Option<(P, usize)> {
+        let mut header = None;
+        if let Some(data) = self.pong {
+            header = Some(Header {
+                flags: flags::ACK,
+                call_id: data,
+                ..Header::new(Kind::Ping)
+            });
+        } else if let Some(data) = self.ping {
+            header = Some(Header {
+                call_id: data,
+                ..Header::new(Kind::Ping)
+            });
+        } else if let Some(last) = self.goodbye_to_send {
+            header = Some(Header {
+                call_id: last,
+                ..Header::new(Kind::Goodbye)
+            });
+        } else {
+            while let Some(&id) = self.control.front() {
+                let Some(call) = self.calls.get(&id) else {
+                    self.control.pop_front();
+                    continue;
+                };
+                if let Some(reason) = call.cancel {
+                    // A started frame's remaining segments are dropped; CANCEL goes now.
+                    header = Some(Header {
+                        call_id: id,
+                        code: reason as u32,
+                        ..Header::new(Kind::Cancel)
+                    });
+                } else if call.window_queued && call.state == State::Open && call.recv_open {
+                    header = Some(Header {
+                        call_id: id,
+                        code: call.window_owed.min(MAX_WINDOW),
+                        ..Header::new(Kind::Window)
+                    });
+                } else {
+                    self.control.pop_front();
+                    if let Some(c) = self.calls.get_mut(&id) {
+                        c.window_queued = false;
+                    }
+                    continue;
+                }
+                break;
+            }
+        }
+        let mut header = header?;
+        let mut buf = alloc()?;
+        match header.kind {
+            Kind::Ping if header.has(flags::ACK) => self.pong = None,
+            Kind::Ping => self.ping = None,
+            Kind::Goodbye => self.goodbye_to_send = None,
+            Kind::Cancel => {
+                self.control.pop_front();
+                let id = header.call_id;
+                self.calls.remove(&id);
+                // A call cancelled by this side counts until its CANCEL leaves: a new call
+                // opened after it can then never reach the peer first.
+                self.counted_calls -= 1;
+            }
+            Kind::Window => {
+                self.control.pop_front();
+                let call = self.calls.get_mut(&header.call_id).expect("present");
+                call.window_owed = 0;
+                call.window_queued = false;
+            }
+            _ => unreachable!("control kinds only"),
+        }
+        self.send_credits -= 1;
+        header.credits = self.take_owed();
+        header.encode(&mut buf);
+        Some((buf, HEADER_LEN))
+    }
+
+    /// Emits the next frame (or segment) of call `id`, whose front frame may start (or has
+    /// started); spends a credit and, on a MESSAGE's first segment, the call's window.
+    fn emit_call_frame(
+        &mut self,
+        id: u64,
+        alloc: &mut dyn FnMut() -> Option<P>,
+    ) -> Option<(P, usize)> {
+        let max_segment = self.max_segment;
+        let call = self.calls.get_mut(&id)?;
+        let q = call.out.front_mut()?;
+        let mut header = q.header;
+        let total = header.message_len as usize;
+        let offset = q.sent;
+        let n = (total - offset).min(max_segment);
+        let mut buf = match &q.payload {
+            Payload::InBuffer(..) => None,
+            Payload::Bytes(_) => Some(alloc()?),
+        };
+        if offset == 0 && header.kind == Kind::Message {
+            call.send_window -= window_cost(header.message_len);
+        }
+        header.segment_offset = offset as u32;
+        header.segment_len = n as u32;
+        q.sent += n;
+        if let (Some(out), Payload::Bytes(bytes)) = (buf.as_mut(), &q.payload) {
+            out[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[offset..offset + n]);
+        }
+        if q.sent == total {
+            if let Some(Queued {
+                payload: Payload::InBuffer(b, _),
+                ..
+            }) = call.out.pop_front()
+            {
+                buf = Some(b);
+            }
+        }
+        let finished = call.state == State::Closing && call.out.is_empty() && call.cancel.is_none();
+        if finished {
+            self.calls.remove(&id);
+        }
+        let mut buf = buf.expect("a buffer from the queue or from alloc");
+        self.send_credits -= 1;
+        header.credits = self.take_owed();
+        header.encode(&mut buf);
+        Some((buf, HEADER_LEN + n))
+    }
+
+    fn take_owed(&mut self) -> u16 {
+        let n = self.owed.min(u32::from(u16::MAX));
+        self.owed -= n;
+        self.peer_credits += n;
+        n as u16
+    }
+
+    /// Every call still open, with its data (the connection is gone). The state is left
+    /// empty.
+    pub fn drain_calls(&mut self) -> Vec<(u64, C)> {
+        self.ready.clear();
+        self.control.clear();
+        let mut calls: Vec<(u64, C)> = self
+            .calls
+            .drain()
+            .filter_map(|(id, c)| c.user.map(|u| (id, u)))
+            .collect();
+        calls.sort_by_key(|(id, _)| *id);
+        self.counted_calls = 0;
+        calls
+    }
+}
+
+/// The order of frames within a call (`docs/PROTOCOL.md` §7), checked on each frame's first
+/// segment.
+fn check_call_order<C, P>(role: Role, call: &Call<C, P>, h: &Header) -> Result<(), Error> {
+    if !call.recv_open {
+        return Err(violation(
+            Violation::AfterEnd,
+            format!(
+                "{} on call {} after its sender ended it",
+                h.kind.name(),
+                h.call_id
+            ),
+        ));
+    }
+    match (role, h.kind) {
+        (Role::Server, Kind::Headers) if !h.has(flags::OPEN) => Err(violation(
+            Violation::HeadersOutOfOrder,
+            format!("HEADERS without OPEN on call {}", h.call_id),
+        )),
+        (Role::Server, Kind::End) if h.code != 0 || h.message_len != 0 => Err(violation(
+            Violation::NonzeroField,
+            format!(
+                "a client's END (call {}) with a status or trailers",
+                h.call_id
+            ),
+        )),
+        (Role::Client, Kind::Headers) if call.headers_received || call.message_received => {
+            Err(violation(
+                Violation::HeadersOutOfOrder,
+                format!(
+                    "response HEADERS of call {} twice or after a MESSAGE",
+                    h.call_id
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A frame above this side's limits: the call fails with RESOURCE_EXHAUSTED (not a
+/// violation).
+fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<Status> {
+    let (limit, what) = match h.kind {
+        Kind::Message => (local.max_message_size, "message"),
+        _ => (local.max_metadata_size, "metadata block"),
+    };
+    if h.message_len <= limit {
+        return None;
+    }
+    let side = match role {
+        Role::Server => "server",
+        Role::Client => "client",
+    };
+    Some(Status::resource_exhausted(format!(
+        "{what} of {} bytes exceeds the {side}'s limit of {limit} bytes",
+        h.message_len
+    )))
+}
+
+/// The END block for `status`: `grpc-message` (cut to fit), `grpc-status-details-bin`, then
+/// `trailers`, each only if the block stays within `limit` bytes.
+pub fn status_block(status: &Status, trailers: &[(&str, &[u8])], limit: usize) -> Vec<u8> {
+    let mut block = Vec::new();
+    if !status.message().is_empty() {
+        let mut text = metadata::percent_encode(status.message());
+        let room = limit.saturating_sub(metadata::entry_len(metadata::GRPC_MESSAGE, &[]));
+        if text.len() > room {
+            let mut cut = room;
+            // Never split a %XX escape.
+            while cut > 0 && text[..cut].iter().rev().take(2).any(|&b| b == b'%') {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        metadata::push_entry(&mut block, metadata::GRPC_MESSAGE, &text);
+    }
+    let details = status.details();
+    let extra = (!details.is_empty()).then_some((metadata::GRPC_STATUS_DETAILS, details));
+    for (name, value) in extra.into_iter().chain(trailers.iter().copied()) {
+        if block.len() + metadata::entry_len(name, value) <= limit {
+            metadata::push_entry(&mut block, name, value);
+        }
+    }
+    block
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1000 @@
+//! The connection core driven against itself (client and server in memory), and one test per
+//! row of the violation table, each named after its row.
+
+use super::*;
+
+type Core = Connection<u32, Vec<u8>>;
+
+pub(crate) fn hello() -> Hello {
+    Hello {
+        slot_count: 8,
+        slot_size: 256,
+        max_message_size: 4096,
+        max_calls: 4,
+        call_window: 1024,
+        max_metadata_size: 1024,
+    }
+}
+
+fn pair() -> (Core, Core) {
+    pair_with(hello(), hello())
+}
+
+fn pair_with(client: Hello, server: Hello) -> (Core, Core) {
+    (
+        Connection::new(Role::Client, client, server, server.slot_size as usize),
+        Connection::new(Role::Server, server, client, client.slot_size as usize),
+    )
+}
+
+/// What an event says, owned, for assertions.
+#[derive(Debug, PartialEq, Eq)]
+enum Ev {
+    None,
+    Opened(u64, u32, u32, Vec<(String, Vec<u8>)>),
+    Headers(u64, Vec<(String, Vec<u8>)>),
+    Message(u64, Option<(u32, u32)>, Vec<u8>, bool, Option<u32>),
+    HalfClosed(u64),
+    Ended(u64, Code, Vec<(String, Vec<u8>)>, u32),
+    Cancelled(u64, Code, u32),
+    Refused(u64, Code, u32),
+    Goodbye(u64, Vec<u64>),
+    Pong(u64),
+}
+
+fn block(b: &[u8]) -> Vec<(String, Vec<u8>)> {
+    metadata::entries(b)
+        .map(|e| e.map(|(n, v)| (n.to_string(), v.to_vec())).unwrap())
+        .collect()
+}
+
+fn own(e: Event<'_, u32>) -> Ev {
+    match e {
+        Event::None => Ev::None,
+        Event::Opened {
+            call,
+            method,
+            timeout_us,
+            headers,
+        } => Ev::Opened(call, method, timeout_us, block(&headers)),
+        Event::Headers { call, headers } => Ev::Headers(call, block(&headers)),
+        Event::Message {
+            call,
+            opened,
+            body,
+            end,
+            ended,
+        } => Ev::Message(call, opened, body.to_vec(), end, ended),
+        Event::HalfClosed { call } => Ev::HalfClosed(call),
+        Event::Ended {
+            call,
+            code,
+            trailers,
+            user,
+        } => Ev::Ended(call, code, block(&trailers), user),
+        Event::Cancelled { call, reason, user } => Ev::Cancelled(call, reason, user),
+        Event::Refused { call, status, user } => Ev::Refused(call, status.code(), user),
+        Event::Goodbye {
+            last_call,
+            unprocessed,
+        } => Ev::Goodbye(
+            last_call,
+            unprocessed.into_iter().map(|(id, _)| id).collect(),
+        ),
+        Event::Pong { data } => Ev::Pong(data),
+    }
+}
+
+/// A wire between two cores: frames posted by one side, in order.
+#[derive(Default)]
+struct Wire {
+    frames: VecDeque<Vec<u8>>,
+}
+
+impl Wire {
+    fn post(&mut self, (mut buf, len): (Vec<u8>, usize)) {
+        buf.truncate(len);
+        self.frames.push_back(buf);
+    }
+
+    /// Moves everything `from` can transmit onto the wire.
+    fn flush(&mut self, from: &mut Core) {
+        let size = from.max_segment() + HEADER_LEN;
+        while let Some(f) = from.poll_transmit(&mut || Some(vec![0; size])) {
+            self.post(f);
+        }
+    }
+
+    /// Delivers every frame on the wire to `to`, releasing each slot at once.
+    fn deliver(&mut self, to: &mut Core) -> Vec<Ev> {
+        let mut events = Vec::new();
+        while let Some(f) = self.frames.pop_front() {
+            let e = own(to.on_frame(&f).expect("valid frame"));
+            to.released(1);
+            if e != Ev::None {
+                events.push(e);
+            }
+        }
+        events
+    }
+}
+
+fn out(core: &Core, kind: Kind, fl: u16, code: u32, payload: &[u8]) -> Outgoing<Vec<u8>> {
+    let payload = if payload.len() <= core.max_segment() {
+        let mut buf = vec![0; HEADER_LEN + core.max_segment()];
+        buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+        Payload::InBuffer(buf, payload.len())
+    } else {
+        Payload::Bytes(payload.to_vec())
+    };
+    Outgoing {
+        kind,
+        flags: fl,
+        code,
+        payload,
+    }
+}
+
+type Spec<'a> = (Kind, u16, u32, &'a [u8]);
+
+fn send(wire: &mut Wire, core: &mut Core, call: u64, spec: Spec<'_>, method: u32, t: u32) {
+    let (kind, fl, code, payload) = spec;
+    let o = out(core, kind, fl, code, payload);
+    if let Some(f) = core.send(call, o, method, t).expect("send accepted") {
+        wire.post(f);
+    }
+    wire.flush(core);
+}
+
+const ADD: u32 = 0x79c7_16c3;
+
+#[test]
+fn a_unary_call_is_one_frame_each_way() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let call = client.open_call(7).unwrap();
+    assert_eq!(call, 1);
+    let req = (Kind::Message, flags::END, 0, &[8, 2, 16, 3][..]);
+    send(&mut up, &mut client, call, req, ADD, 5_000_000);
+    assert_eq!(up.frames.len(), 1);
+    assert_eq!(
+        up.deliver(&mut server),
+        vec![Ev::Message(
+            1,
+            Some((ADD, 5_000_000)),
+            vec![8, 2, 16, 3],
+            true,
+            None
+        )]
+    );
+    let reply = (Kind::Message, flags::END, 0, &[8, 5][..]);
+    send(&mut down, &mut server, call, reply, 0, 0);
+    assert_eq!(down.frames.len(), 1);
+    assert_eq!(
+        down.frames[0][6], 1,
+        "the reply returns the request's credit"
+    );
+    assert_eq!(
+        down.deliver(&mut client),
+        vec![Ev::Message(1, None, vec![8, 5], true, Some(7))]
+    );
+    assert_eq!((client.open_calls(), server.open_calls()), (0, 0));
+    assert_eq!(client.send_credits(), 8);
+}
+
+#[test]
+fn a_call_with_metadata_streams_and_trailers() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let call = client.open_call(1).unwrap();
+    let mut headers = Vec::new();
+    metadata::push_entry(&mut headers, "x-user", b"alice");
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Headers, 0, 0, &headers),
+        ADD,
+        0,
+    );
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, 0, 0, b"one"),
+        0,
+        0,
+    );
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, 0, 0, b"two"),
+        0,
+        0,
+    );
+    send(&mut up, &mut client, call, (Kind::End, 0, 0, b""), 0, 0);
+    assert_eq!(
+        up.deliver(&mut server),
+        vec![
+            Ev::Opened(1, ADD, 0, vec![("x-user".into(), b"alice".to_vec())]),
+            Ev::Message(1, None, b"one".to_vec(), false, None),
+            Ev::Message(1, None, b"two".to_vec(), false, None),
+            Ev::HalfClosed(1),
+        ]
+    );
+    server.set_user(call, 1);
+    send(
+        &mut down,
+        &mut server,
+        call,
+        (Kind::Headers, 0, 0, &headers),
+        0,
+        0,
+    );
+    send(
+        &mut down,
+        &mut server,
+        call,
+        (Kind::Message, 0, 0, b"r"),
+        0,
+        0,
+    );
+    let status = Status::not_found("no such key: 100%").with_details(vec![1, 2, 3]);
+    if let Some(f) = server
+        .end_call(call, &status, &[("x-trailer", b"t")])
+        .unwrap()
+    {
+        down.post(f);
+    }
+    down.flush(&mut server);
+    assert_eq!(
+        down.deliver(&mut client),
+        vec![
+            Ev::Headers(1, vec![("x-user".into(), b"alice".to_vec())]),
+            Ev::Message(1, None, b"r".to_vec(), false, None),
+            Ev::Ended(
+                1,
+                Code::NotFound,
+                vec![
+                    ("grpc-message".into(), b"no such key: 100%25".to_vec()),
+                    ("grpc-status-details-bin".into(), vec![1, 2, 3]),
+                    ("x-trailer".into(), b"t".to_vec()),
+                ],
+                1
+            ),
+        ]
+    );
+    assert_eq!((client.open_calls(), server.open_calls()), (0, 0));
+}
+
+#[test]
+fn large_messages_are_segmented_and_reassembled() {
+    let (mut client, mut server) = pair();
+    let mut up = Wire::default();
+    let call = client.open_call(1).unwrap();
+    let body: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, flags::END, 0, &body),
+        3,
+        0,
+    );
+    assert_eq!(up.frames.len(), 1000usize.div_ceil(216));
+    assert_eq!(
+        up.deliver(&mut server),
+        vec![Ev::Message(1, Some((3, 0)), body, true, None)]
+    );
+}
+
+#[test]
+fn a_slow_call_does_not_block_others() {
+    // Call 1 exhausts its window; call 2 still gets through.
+    let (mut client, mut server) = pair();
+    let mut up = Wire::default();
+    let slow = client.open_call(1).unwrap();
+    let fast = client.open_call(2).unwrap();
+    let big = vec![1u8; 1100];
+    send(
+        &mut up,
+        &mut client,
+        slow,
+        (Kind::Message, 0, 0, &big),
+        1,
+        0,
+    );
+    send(
+        &mut up,
+        &mut client,
+        slow,
+        (Kind::Message, 0, 0, b"queued"),
+        0,
+        0,
+    );
+    send(
+        &mut up,
+        &mut client,
+        fast,
+        (Kind::Message, flags::END, 0, b"x"),
+        1,
+        0,
+    );
+    let events = up.deliver(&mut server);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(matches!(&events[1], Ev::Message(2, _, b, true, None) if b == b"x"));
+    // The server consumes call 1's message: WINDOW, then the queued message flows.
+    server.consumed(slow, Core::message_cost(big.len()));
+    let mut down = Wire::default();
+    down.flush(&mut server);
+    assert_eq!(down.frames[0][3], Kind::Window as u8);
+    assert!(down.deliver(&mut client).is_empty());
+    up.flush(&mut client);
+    assert_eq!(
+        up.deliver(&mut server),
+        vec![Ev::Message(1, None, b"queued".to_vec(), false, None)]
+    );
+}
+
+#[test]
+fn cancel_discards_frames_in_flight_both_ways() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let call = client.open_call(9).unwrap();
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, 0, 0, b"a"),
+        1,
+        0,
+    );
+    up.deliver(&mut server);
+    server.set_user(call, 9);
+    // The server replies while the client cancels: both frames cross.
+    send(
+        &mut down,
+        &mut server,
+        call,
+        (Kind::Message, 0, 0, b"r"),
+        0,
+        0,
+    );
+    assert_eq!(client.cancel(call, Code::DeadlineExceeded), Some(9));
+    assert_eq!(client.open_calls(), 1, "counted until the CANCEL leaves");
+    up.flush(&mut client);
+    assert_eq!(client.open_calls(), 0);
+    assert!(down.deliver(&mut client).is_empty(), "late reply discarded");
+    assert_eq!(
+        up.deliver(&mut server),
+        vec![Ev::Cancelled(1, Code::DeadlineExceeded, 9)]
+    );
+    assert_eq!(server.open_calls(), 0);
+    assert_eq!(
+        server
+            .send(call, out(&server, Kind::End, 0, 0, b""), 0, 0)
+            .unwrap_err(),
+        SendError::NotOpen
+    );
+}
+
+#[test]
+fn credits_come_back_without_traffic_in_the_other_direction() {
+    // A client streams messages; the server never answers: CREDIT frames keep it going.
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let call = client.open_call(1).unwrap();
+    for i in 0..40u8 {
+        send(
+            &mut up,
+            &mut client,
+            call,
+            (Kind::Message, 0, 0, &[i]),
+            1,
+            0,
+        );
+        for e in up.deliver(&mut server) {
+            if let Ev::Message(id, _, b, _, _) = e {
+                server.consumed(id, Core::message_cost(b.len()));
+            }
+        }
+        down.flush(&mut server);
+        down.deliver(&mut client);
+    }
+    assert!(client.send_credits() >= 2);
+}
+
+#[test]
+fn oversized_messages_are_refused_not_fatal() {
+    let (mut client, mut server) = pair_with(
+        hello(),
+        Hello {
+            max_message_size: 64,
+            ..hello()
+        },
+    );
+    let mut down = Wire::default();
+    let call = client.open_call(1).unwrap();
+    // The client's own check refuses it locally first.
+    let big = vec![0u8; 100];
+    assert!(matches!(
+        client.send(call, out(&client, Kind::Message, 0, 0, &big), 1, 0),
+        Err(SendError::TooLarge(_))
+    ));
+    // A client that does not check: the server answers RESOURCE_EXHAUSTED.
+    let mut frame = vec![0u8; HEADER_LEN + 100];
+    Header {
+        flags: flags::OPEN,
+        call_id: 1,
+        code: 1,
+        message_len: 100,
+        segment_len: 100,
+        ..Header::new(Kind::Message)
+    }
+    .encode(&mut frame);
+    assert_eq!(own(server.on_frame(&frame).unwrap()), Ev::None);
+    down.flush(&mut server);
+    let events = down.deliver(&mut client);
+    assert!(
+        matches!(&events[..], [Ev::Ended(1, Code::ResourceExhausted, t, 1)] if t[0].0 == "grpc-message"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn goodbye_refuses_later_calls_as_unprocessed() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let first = client.open_call(1).unwrap();
+    send(
+        &mut up,
+        &mut client,
+        first,
+        (Kind::Message, flags::END, 0, b"1"),
+        1,
+        0,
+    );
+    up.deliver(&mut server);
+    server.goodbye();
+    down.flush(&mut server);
+    // Crossing the GOODBYE: call 2 leaves before the client hears of it.
+    let second = client.open_call(2).unwrap();
+    send(
+        &mut up,
+        &mut client,
+        second,
+        (Kind::Message, flags::END, 0, b"2"),
+        1,
+        0,
+    );
+    assert_eq!(down.deliver(&mut client), vec![Ev::Goodbye(1, vec![2])]);
+    assert_eq!(client.open_call(3), Err(SendError::GoingAway));
+    assert!(
+        up.deliver(&mut server).is_empty(),
+        "call 2 is refused, not dispatched"
+    );
+    // Call 1 still completes.
+    send(
+        &mut down,
+        &mut server,
+        first,
+        (Kind::Message, flags::END, 0, b"ok"),
+        0,
+        0,
+    );
+    assert_eq!(
+        down.deliver(&mut client),
+        vec![Ev::Message(1, None, b"ok".to_vec(), true, Some(1))]
+    );
+}
+
+#[test]
+fn ping_is_answered_and_a_flood_queues_one_answer() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    client.ping(42);
+    up.flush(&mut client);
+    assert!(up.deliver(&mut server).is_empty());
+    down.flush(&mut server);
+    assert_eq!(down.deliver(&mut client), vec![Ev::Pong(42)]);
+    for i in 0..5 {
+        let mut f = [0u8; HEADER_LEN];
+        Header {
+            call_id: i,
+            ..Header::new(Kind::Ping)
+        }
+        .encode(&mut f);
+        server.on_frame(&f).unwrap();
+        server.released(1);
+    }
+    // (Not delivered: the client did not send these PINGs, the credits would not add up.)
+    down.flush(&mut server);
+    assert_eq!(down.frames.len(), 1, "one answer");
+    let h = Header::decode(&down.frames[0]).unwrap();
+    assert_eq!((h.kind, h.flags, h.call_id), (Kind::Ping, flags::ACK, 4));
+}
+
+#[test]
+fn at_capacity_the_client_opens_no_more() {
+    let (mut client, _server) = pair();
+    for i in 0..4 {
+        client.open_call(i).unwrap();
+    }
+    assert_eq!(client.open_call(9), Err(SendError::AtCapacity));
+}
+
+#[test]
+fn status_blocks_fit_the_limit() {
+    let long = "é".repeat(2000);
+    let b = status_block(
+        &Status::internal(long).with_details(vec![0; 2000]),
+        &[],
+        1024,
+    );
+    assert!(b.len() <= 1024);
+    let entries = block(&b);
+    assert_eq!(entries.len(), 1, "details dropped, message cut");
+    assert!(metadata::percent_decode(&entries[0].1).starts_with("éé"));
+}
+
+// ----- the violation table: one test per row ------------------------------------------------
+
+fn frame(h: Header, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; HEADER_LEN + payload.len()];
+    Header {
+        segment_len: payload.len() as u32,
+        ..h
+    }
+    .encode(&mut f);
+    f[HEADER_LEN..].copy_from_slice(payload);
+    f
+}
+
+fn open_msg(id: u64, payload: &[u8]) -> Vec<u8> {
+    frame(
+        Header {
+            flags: flags::OPEN,
+            call_id: id,
+            code: 1,
+            message_len: payload.len() as u32,
+            ..Header::new(Kind::Message)
+        },
+        payload,
+    )
+}
+
+fn server() -> Core {
+    pair().1
+}
+
+/// Feeds frames (releasing each slot) and returns the violation the last one caused.
+fn violation_of(core: &mut Core, frames: &[Vec<u8>]) -> Violation {
+    let (last, rest) = frames.split_last().unwrap();
+    for f in rest {
+        core.on_frame(f).expect("frames before the last are valid");
+        core.released(1);
+    }
+    match core.on_frame(last) {
+        Err(Error::Protocol { violation, .. }) => violation,
+        other => panic!("expected a violation, got {other:?}"),
+    }
+}
+
+#[test]
+fn violation_short_frame() {
+    assert_eq!(
+        violation_of(&mut server(), &[vec![b'R'; 39]]),
+        Violation::ShortFrame
+    );
+}
+
+#[test]
+fn violation_length_mismatch() {
+    let mut f = open_msg(1, b"abcd");
+    f.pop();
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::LengthMismatch);
+}
+
+#[test]
+fn violation_bad_magic() {
+    let mut f = open_msg(1, b"");
+    f[1] = b'Q';
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::BadMagic);
+}
+
+#[test]
+fn violation_bad_version() {
+    let mut f = open_msg(1, b"");
+    f[2] = 1;
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::BadVersion);
+}
+
+#[test]
+fn violation_unknown_kind() {
+    let mut f = open_msg(1, b"");
+    f[3] = 0;
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::UnknownKind);
+}
+
+#[test]
+fn violation_bad_flags() {
+    let f = frame(
+        Header {
+            flags: flags::END,
+            call_id: 1,
+            ..Header::new(Kind::Cancel)
+        },
+        b"",
+    );
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::BadFlags);
+}
+
+#[test]
+fn violation_nonzero_field() {
+    let f = frame(
+        Header {
+            call_id: 5,
+            ..Header::new(Kind::Credit)
+        },
+        b"",
+    );
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::NonzeroField);
+    // A client's END with a status.
+    let end = frame(
+        Header {
+            call_id: 1,
+            code: 3,
+            ..Header::new(Kind::End)
+        },
+        b"",
+    );
+    assert_eq!(
+        violation_of(&mut server(), &[open_msg(1, b"x"), end]),
+        Violation::NonzeroField
+    );
+}
+
+#[test]
+fn violation_segment_bounds() {
+    let mut f = open_msg(1, b"abcd");
+    f[24] = 3; // message_len 3 < segment_len 4
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::SegmentBounds);
+}
+
+#[test]
+fn violation_frame_too_large() {
+    let f = open_msg(1, &[0; 256 - HEADER_LEN + 1]);
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::FrameTooLarge);
+}
+
+#[test]
+fn violation_empty_segment() {
+    let f = frame(
+        Header {
+            flags: flags::OPEN,
+            call_id: 1,
+            message_len: 10,
+            ..Header::new(Kind::Message)
+        },
+        b"",
+    );
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::EmptySegment);
+}
+
+#[test]
+fn violation_hello_repeated() {
+    let f = hello().to_frame().to_vec();
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::HelloRepeated);
+}
+
+#[test]
+fn violation_credit_overrun() {
+    // Eight slots, none released: seven PINGs leave the client its reserve credit, a CREDIT
+    // (which may spend it) leaves none, and any further frame overruns.
+    let mut s = server();
+    s.ping(1);
+    assert!(s.poll_transmit(&mut || Some(vec![0; 256])).is_some());
+    let ping = frame(Header::new(Kind::Ping), b"");
+    let credit = frame(
+        Header {
+            credits: 1,
+            ..Header::new(Kind::Credit)
+        },
+        b"",
+    );
+    for _ in 0..7 {
+        s.on_frame(&ping).unwrap();
+    }
+    s.on_frame(&credit).unwrap();
+    match s.on_frame(&credit) {
+        Err(Error::Protocol { violation, .. }) => assert_eq!(violation, Violation::CreditOverrun),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn violation_reserve_spent() {
+    let frames: Vec<_> = (1..=8).map(|i| open_msg(i, b"x")).collect();
+    let mut s = pair_with(
+        hello(),
+        Hello {
+            max_calls: 100,
+            ..hello()
+        },
+    )
+    .1;
+    for f in &frames[..7] {
+        s.on_frame(f).unwrap();
+    }
+    match s.on_frame(&frames[7]) {
+        Err(Error::Protocol { violation, .. }) => assert_eq!(violation, Violation::ReserveSpent),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn violation_credit_excess() {
+    let f = frame(
+        Header {
+            credits: 1,
+            ..Header::new(Kind::Credit)
+        },
+        b"",
+    );
+    // The server sent nothing: the client cannot owe it a credit.
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::CreditExcess);
+}
+
+#[test]
+fn violation_empty_credit() {
+    let f = frame(Header::new(Kind::Credit), b"");
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::EmptyCredit);
+}
+
+#[test]
+fn violation_call_id_zero() {
+    let f = open_msg(0, b"x");
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::CallIdZero);
+}
+
+#[test]
+fn violation_call_id_order() {
+    let frames = [open_msg(5, b"x"), open_msg(5, b"y")];
+    assert_eq!(violation_of(&mut server(), &frames), Violation::CallIdOrder);
+    let frames = [open_msg(5, b"x"), open_msg(3, b"y")];
+    assert_eq!(violation_of(&mut server(), &frames), Violation::CallIdOrder);
+}
+
+#[test]
+fn violation_unknown_call() {
+    let f = frame(
+        Header {
+            call_id: 1,
+            message_len: 1,
+            ..Header::new(Kind::Message)
+        },
+        b"x",
+    );
+    assert_eq!(violation_of(&mut server(), &[f]), Violation::UnknownCall);
+}
+
+#[test]
+fn violation_too_many_calls() {
+    let frames: Vec<_> = (1..=5).map(|i| open_msg(i, b"x")).collect();
+    assert_eq!(
+        violation_of(&mut server(), &frames),
+        Violation::TooManyCalls
+    );
+}
+
+#[test]
+fn violation_wrong_role() {
+    let (mut client, _) = pair();
+    client.open_call(1).unwrap();
+    assert_eq!(
+        violation_of(&mut client, &[open_msg(1, b"x")]),
+        Violation::WrongRole
+    );
+}
+
+#[test]
+fn violation_headers_out_of_order() {
+    let headers = frame(
+        Header {
+            call_id: 1,
+            ..Header::new(Kind::Headers)
+        },
+        b"",
+    );
+    assert_eq!(
+        violation_of(&mut server(), &[open_msg(1, b"x"), headers.clone()]),
+        Violation::HeadersOutOfOrder
+    );
+    // Response headers after a message.
+    let (mut client, _) = pair();
+    client.open_call(1).unwrap();
+    let msg = frame(
+        Header {
+            call_id: 1,
+            message_len: 1,
+            ..Header::new(Kind::Message)
+        },
+        b"r",
+    );
+    assert_eq!(
+        violation_of(&mut client, &[msg, headers]),
+        Violation::HeadersOutOfOrder
+    );
+}
+
+#[test]
+fn violation_after_end() {
+    let ending = frame(
+        Header {
+            flags: flags::OPEN | flags::END,
+            call_id: 1,
+            code: 1,
+            message_len: 1,
+            ..Header::new(Kind::Message)
+        },
+        b"x",
+    );
+    let more = frame(
+        Header {
+            call_id: 1,
+            message_len: 1,
+            ..Header::new(Kind::Message)
+        },
+        b"y",
+    );
+    assert_eq!(
+        violation_of(&mut server(), &[ending, more]),
+        Violation::AfterEnd
+    );
+}
+
+#[test]
+fn violation_window_overrun() {
+    // A 1,024-byte window: a 1,000-byte message (cost 1,016) leaves 8; the next one may go
+    // (window > 0), and spends it below zero; a third is an overrun.
+    let big = Hello {
+        slot_size: 2048,
+        ..hello()
+    };
+    let mut s = pair_with(big, big).1;
+    let msg = |first: bool| {
+        frame(
+            Header {
+                flags: if first { flags::OPEN } else { 0 },
+                call_id: 1,
+                code: u32::from(first),
+                message_len: 1000,
+                ..Header::new(Kind::Message)
+            },
+            &[0; 1000],
+        )
+    };
+    assert_eq!(
+        violation_of(&mut s, &[msg(true), msg(false), msg(false)]),
+        Violation::WindowOverrun
+    );
+}
+
+#[test]
+fn violation_window_excess() {
+    let window = frame(
+        Header {
+            call_id: 1,
+            code: MAX_WINDOW,
+            ..Header::new(Kind::Window)
+        },
+        b"",
+    );
+    assert_eq!(
+        violation_of(&mut server(), &[open_msg(1, b"x"), window]),
+        Violation::WindowExcess
+    );
+}
+
+fn segment(id: u64, offset: u32, len: u32, total: u32) -> Vec<u8> {
+    frame(
+        Header {
+            flags: flags::OPEN,
+            call_id: id,
+            code: 1,
+            message_len: total,
+            segment_offset: offset,
+            ..Header::new(Kind::Message)
+        },
+        &vec![7; len as usize],
+    )
+}
+
+#[test]
+fn violation_segment_restart() {
+    let frames = [segment(1, 0, 10, 20), {
+        let mut f = frame(
+            Header {
+                call_id: 1,
+                message_len: 5,
+                ..Header::new(Kind::Message)
+            },
+            &[1; 5],
+        );
+        f[4] = 0;
+        f
+    }];
+    assert_eq!(
+        violation_of(&mut server(), &frames),
+        Violation::SegmentRestart
+    );
+}
+
+#[test]
+fn violation_segment_orphan() {
+    let f = frame(
+        Header {
+            call_id: 1,
+            message_len: 10,
+            segment_offset: 5,
+            ..Header::new(Kind::Message)
+        },
+        &[1; 5],
+    );
+    assert_eq!(
+        violation_of(&mut server(), &[open_msg(1, b"x"), f]),
+        Violation::SegmentOrphan
+    );
+}
+
+#[test]
+fn violation_segment_gap() {
+    let frames = [segment(1, 0, 10, 30), segment(1, 11, 10, 30)];
+    assert_eq!(violation_of(&mut server(), &frames), Violation::SegmentGap);
+}
+
+#[test]
+fn violation_segment_mismatch() {
+    let frames = [segment(1, 0, 10, 30), segment(1, 10, 10, 31)];
+    assert_eq!(
+        violation_of(&mut server(), &frames),
+        Violation::SegmentMismatch
+    );
+}
+
+#[test]
+fn violation_malformed_metadata() {
+    let f = frame(
+        Header {
+            flags: flags::OPEN,
+            call_id: 1,
+            code: 1,
+            message_len: 3,
+            ..Header::new(Kind::Headers)
+        },
+        &[1, 0, b'A'],
+    );
+    assert_eq!(
+        violation_of(&mut server(), &[f]),
+        Violation::MalformedMetadata
+    );
+}
+
+#[test]
+fn violation_goodbye_raised() {
+    let (mut client, _) = pair();
+    let bye = |last| {
+        frame(
+            Header {
+                call_id: last,
+                ..Header::new(Kind::Goodbye)
+            },
+            b"",
+        )
+    };
+    assert_eq!(
+        violation_of(&mut client, &[bye(3), bye(4)]),
+        Violation::GoodbyeRaised
+    );
+}

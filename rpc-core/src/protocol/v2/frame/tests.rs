@@ -1,0 +1,292 @@
+use super::*;
+
+fn sample() -> Header {
+    Header {
+        kind: Kind::Message,
+        flags: flags::OPEN | flags::END,
+        credits: 7,
+        call_id: 0x0102_0304_0506_0708,
+        code: 0xdead_beef,
+        timeout_us: 1_000_000,
+        message_len: 100,
+        segment_offset: 24,
+        segment_len: 76,
+    }
+}
+
+#[test]
+fn header_round_trips_in_little_endian() {
+    let mut buf = [0u8; HEADER_LEN];
+    sample().encode(&mut buf);
+    assert_eq!(&buf[0..6], b"RP\x02\x03\x03\x00");
+    assert_eq!(buf[8], 0x08, "call id is little-endian");
+    assert_eq!(Header::decode(&buf).unwrap(), sample());
+    assert!(sample().is_last_segment());
+    assert!(!sample().is_first_segment());
+}
+
+fn rule(result: Result<Header, Error>) -> Violation {
+    match result {
+        Err(Error::Protocol { violation, .. }) => violation,
+        other => panic!("expected a violation, got {other:?}"),
+    }
+}
+
+fn encoded(h: Header) -> [u8; HEADER_LEN] {
+    let mut buf = [0u8; HEADER_LEN];
+    h.encode(&mut buf);
+    buf
+}
+
+#[test]
+fn header_checks_name_their_rule() {
+    let buf = encoded(sample());
+    assert_eq!(rule(Header::decode(&buf[..39])), Violation::ShortFrame);
+    let mut bad = buf;
+    bad[0] = b'X';
+    assert_eq!(rule(Header::decode(&bad)), Violation::BadMagic);
+    let mut bad = buf;
+    bad[2] = 1;
+    assert_eq!(rule(Header::decode(&bad)), Violation::BadVersion);
+    let mut bad = buf;
+    bad[3] = 10;
+    assert_eq!(rule(Header::decode(&bad)), Violation::UnknownKind);
+    let mut bad = buf;
+    bad[36] = 1;
+    assert_eq!(rule(Header::decode(&bad)), Violation::NonzeroField);
+    let ack_on_message = Header {
+        flags: flags::ACK,
+        ..sample()
+    };
+    assert_eq!(
+        rule(Header::decode(&encoded(ack_on_message))),
+        Violation::BadFlags
+    );
+    let past_end = Header {
+        segment_len: 77,
+        ..sample()
+    };
+    assert_eq!(
+        rule(Header::decode(&encoded(past_end))),
+        Violation::SegmentBounds
+    );
+    let empty = Header {
+        segment_len: 0,
+        ..sample()
+    };
+    assert_eq!(
+        rule(Header::decode(&encoded(empty))),
+        Violation::EmptySegment
+    );
+    let no_id = Header {
+        call_id: 0,
+        ..sample()
+    };
+    assert_eq!(rule(Header::decode(&encoded(no_id))), Violation::CallIdZero);
+    let timeout_not_opening = Header {
+        flags: 0,
+        code: 0,
+        ..sample()
+    };
+    assert_eq!(
+        rule(Header::decode(&encoded(timeout_not_opening))),
+        Violation::NonzeroField
+    );
+    let empty_credit = Header::new(Kind::Credit);
+    assert_eq!(
+        rule(Header::decode(&encoded(empty_credit))),
+        Violation::EmptyCredit
+    );
+    let zero_window = Header {
+        call_id: 1,
+        ..Header::new(Kind::Window)
+    };
+    assert_eq!(
+        rule(Header::decode(&encoded(zero_window))),
+        Violation::WindowExcess
+    );
+    let cancel_with_payload = Header {
+        call_id: 1,
+        message_len: 4,
+        segment_len: 4,
+        ..Header::new(Kind::Cancel)
+    };
+    assert_eq!(
+        rule(Header::decode(&encoded(cancel_with_payload))),
+        Violation::NonzeroField
+    );
+}
+
+fn hello() -> Hello {
+    Hello {
+        slot_count: 64,
+        slot_size: 8192,
+        max_message_size: 4 << 20,
+        max_calls: 128,
+        call_window: 1 << 20,
+        max_metadata_size: 16 << 10,
+    }
+}
+
+#[test]
+fn hello_round_trips_and_validates() {
+    let frame = hello().to_frame();
+    let header = Header::decode(&frame).unwrap();
+    assert_eq!(header.kind, Kind::Hello);
+    assert_eq!(Hello::decode(&frame[HEADER_LEN..]).unwrap(), hello());
+    assert_eq!(&frame[HEADER_LEN..HEADER_LEN + 4], b"RP\x02\x00");
+    let out_of_range = [
+        Hello {
+            slot_count: 1,
+            ..hello()
+        },
+        Hello {
+            slot_size: 103,
+            ..hello()
+        },
+        Hello {
+            max_calls: 0,
+            ..hello()
+        },
+        Hello {
+            call_window: 0,
+            ..hello()
+        },
+        Hello {
+            max_metadata_size: 1023,
+            ..hello()
+        },
+        Hello {
+            max_message_size: 63,
+            ..hello()
+        },
+    ];
+    for h in out_of_range {
+        assert!(
+            matches!(
+                Hello::decode(&h.encode()),
+                Err(Error::Protocol {
+                    violation: Violation::HelloOutOfRange,
+                    ..
+                })
+            ),
+            "{h:?}"
+        );
+    }
+    let mut reserved = hello().encode();
+    reserved[31] = 1;
+    assert!(matches!(
+        Hello::decode(&reserved),
+        Err(Error::Protocol {
+            violation: Violation::HelloMalformed,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Hello::decode(&hello().encode()[..16]),
+        Err(Error::Protocol {
+            violation: Violation::HelloMalformed,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_version_1_hello_is_refused_as_a_version_mismatch() {
+    // Version 1's 16-byte HELLO starts with slot_count: no `RP`.
+    let mut v1 = [0u8; 16];
+    v1[0..4].copy_from_slice(&64u32.to_le_bytes());
+    assert!(matches!(
+        Hello::decode(&v1),
+        Err(Error::Protocol {
+            violation: Violation::HelloMalformed,
+            ..
+        })
+    ));
+    // A future version announces itself.
+    let mut v3 = hello().encode();
+    v3[2] = 3;
+    assert!(matches!(
+        Hello::decode(&v3),
+        Err(Error::UnsupportedVersion(3))
+    ));
+}
+
+fn hello_rule(result: Result<Hello, Error>) -> Violation {
+    match result {
+        Err(Error::Protocol { violation, .. }) => violation,
+        other => panic!("expected a violation, got {other:?}"),
+    }
+}
+
+#[test]
+fn violation_hello_expected() {
+    let mut frame = [0u8; HEADER_LEN];
+    Header {
+        credits: 1,
+        ..Header::new(Kind::Credit)
+    }
+    .encode(&mut frame);
+    assert_eq!(
+        hello_rule(Hello::from_frame(&frame)),
+        Violation::HelloExpected
+    );
+}
+
+#[test]
+fn violation_hello_malformed() {
+    let frame = hello().to_frame();
+    assert_eq!(
+        hello_rule(Hello::from_frame(&frame[..60])),
+        Violation::HelloMalformed
+    );
+    let mut short = frame;
+    short[24] = 16; // message_len 16 (version 1's HELLO size)
+    short[32] = 16;
+    assert_eq!(
+        hello_rule(Hello::from_frame(&short[..56])),
+        Violation::HelloMalformed
+    );
+    let mut reserved = frame;
+    reserved[HEADER_LEN + 3] = 1;
+    assert_eq!(
+        hello_rule(Hello::from_frame(&reserved)),
+        Violation::HelloMalformed
+    );
+}
+
+#[test]
+fn violation_hello_out_of_range() {
+    let frame = Hello {
+        slot_count: 70_000,
+        ..hello()
+    }
+    .to_frame();
+    assert_eq!(
+        hello_rule(Hello::from_frame(&frame)),
+        Violation::HelloOutOfRange
+    );
+}
+
+#[test]
+fn a_version_1_hello_frame_is_a_version_mismatch() {
+    let mut v1 = [0u8; HEADER_LEN + 16];
+    v1[0..4].copy_from_slice(b"RP\x01\x01");
+    assert!(matches!(
+        Hello::from_frame(&v1),
+        Err(Error::UnsupportedVersion(1))
+    ));
+}
+
+#[test]
+fn every_violation_row_has_a_test_named_after_it() {
+    let sources = [include_str!("tests.rs"), include_str!("../conn/tests.rs")];
+    for v in Violation::ALL {
+        let test = format!("fn violation_{}()", v.name().replace('-', "_"));
+        assert!(
+            sources.iter().any(|s| s.contains(&test)),
+            "no test `{test}` for the row `{}`",
+            v.name()
+        );
+    }
+}

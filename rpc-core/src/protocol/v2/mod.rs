@@ -1,0 +1,12 @@
+//! Protocol version 2 (`docs/PROTOCOL.md`): calls as streams of messages with metadata,
+//! half-close, status and trailers; CANCEL; per-call windows on top of connection credits;
+//! PING; GOODBYE. Pure state machines without I/O or a clock.
+
+pub mod conn;
+pub mod frame;
+pub mod metadata;
+mod violation;
+
+pub use conn::{Connection, Event, Outgoing, Payload, Role, SendError};
+pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};
+pub use violation::Violation;
