@@ -207,6 +207,8 @@ struct Call<C, P> {
     send_open: bool,
     /// Frames of this side sent or queued so far (the first one opens the call).
     frames_sent: u32,
+    /// Whether a segment of this side's first frame was emitted (the peer knows the call).
+    on_wire: bool,
     /// Whether this side sent a MESSAGE (response headers must come first).
     message_sent: bool,
     send_window: i64,
@@ -231,6 +233,7 @@ impl<C, P> Call<C, P> {
             state: State::Open,
             send_open: true,
             frames_sent: 0,
+            on_wire: false,
             message_sent: false,
             send_window: peer_window.into(),
             out: VecDeque::new(),
@@ -503,7 +506,9 @@ where
     }
 
     fn on_window(&mut self, h: &Header) -> Result<(), Error> {
-        let Some(call) = self.open_call_for(h)? else {
+        self.open_call_for(h)?;
+        // A call this side ended may still have frames queued that wait for this window.
+        let Some(call) = self.calls.get_mut(&h.call_id) else {
             return Ok(());
         };
         let window = call.send_window + i64::from(h.code);
@@ -523,6 +528,14 @@ where
 
     fn on_cancel(&mut self, h: &Header) -> Result<Event<'static, C>, Error> {
         if self.open_call_for(h)?.is_none() {
+            // Ended on our side with frames still queued (waiting for window the peer will
+            // never give now): drop them.
+            if let Some(call) = self.calls.get_mut(&h.call_id) {
+                call.out.clear();
+                if call.cancel.is_none() {
+                    self.calls.remove(&h.call_id);
+                }
+            }
             return Ok(Event::None);
         }
         let user = self.close_call(h.call_id);
@@ -964,6 +977,10 @@ where
             return None;
         }
         call.send_open = false;
+        if self.role == Role::Client && !call.on_wire {
+            // The server never heard of it: no CANCEL (it would name an unknown call).
+            return self.close_call(call_id);
+        }
         call.cancel = Some(reason);
         self.control.push_back(call_id);
         self.close_call(call_id)
@@ -993,8 +1010,11 @@ where
         data || (self.send_credits >= 1 && self.owed >= self.credit_threshold())
     }
 
+    /// Owed credits that make a CREDIT frame worth sending: half the slots, and never fewer
+    /// than 2, so that a CREDIT spent from the reserve always leaves its receiver better off
+    /// by at least one credit (`docs/PROTOCOL.md` §6 argues why this never stalls).
     fn credit_threshold(&self) -> u32 {
-        (self.local.slot_count / 2).max(1)
+        (self.local.slot_count / 2).max(2)
     }
 
     /// The next frame to post, written into a buffer from `alloc` (or into a queued
@@ -1137,6 +1157,7 @@ where
         if offset == 0 && header.kind == Kind::Message {
             call.send_window -= window_cost(header.message_len);
         }
+        call.on_wire = true;
         header.segment_offset = offset as u32;
         header.segment_len = n as u32;
         q.sent += n;

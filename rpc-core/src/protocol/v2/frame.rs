@@ -22,8 +22,10 @@ pub const MAX_WINDOW: u32 = i32::MAX as u32;
 pub const MIN_SLOT_SIZE: u32 = 104;
 /// Largest `slot_size` a peer may announce (16 MiB).
 pub const MAX_SLOT_SIZE: u32 = 16 << 20;
-/// Fewest receive slots a peer may announce (one is kept in reserve for CREDIT frames).
-pub const MIN_SLOT_COUNT: u32 = 2;
+/// Fewest receive slots a peer may announce: one is kept in reserve for CREDIT frames, and a
+/// CREDIT frame must return at least two credits (with two slots, two sides could trade
+/// single credits forever without either reaching the two a data frame needs).
+pub const MIN_SLOT_COUNT: u32 = 3;
 /// Most receive slots a peer may announce (credits travel in a 16-bit field).
 pub const MAX_SLOT_COUNT: u32 = u16::MAX as u32;
 /// Smallest `max_metadata_size`: room for an error status's trailers.

@@ -998,3 +998,436 @@ fn violation_goodbye_raised() {
         Violation::GoodbyeRaised
     );
 }
+
+// ----- randomized: two cores against each other -------------------------------------------
+
+/// xorshift64*: deterministic, dependency-free randomness for the simulation.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// The payload of message `i` of call `call` in direction `up`: checkable on arrival.
+fn sim_payload(call: u64, i: usize, up: bool, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (call as usize * 31 + i * 7 + k + usize::from(up)) as u8)
+        .collect()
+}
+
+#[derive(Default)]
+struct SimCall {
+    /// Client: message lengths still to send (then END); server: replies still to send.
+    to_send: VecDeque<usize>,
+    sent: usize,
+    received: usize,
+    half_closed: bool,
+    done: bool,
+    unconsumed: Vec<u32>,
+}
+
+/// One side of the simulation: its core, the frames it holds unreleased, its calls.
+struct Side {
+    core: Core,
+    held: u32,
+    calls: std::collections::BTreeMap<u64, SimCall>,
+    buffers: bool,
+}
+
+impl Side {
+    fn flush(&mut self, wire: &mut Wire) {
+        let size = self.core.max_segment() + HEADER_LEN;
+        let buffers = self.buffers;
+        while let Some(f) = self
+            .core
+            .poll_transmit(&mut || buffers.then(|| vec![0; size]))
+        {
+            wire.post(f);
+        }
+    }
+
+    fn send_next(&mut self, call: u64, up: bool, wire: &mut Wire) {
+        let Some(c) = self.calls.get_mut(&call) else {
+            return;
+        };
+        let (kind, fl, payload) = match c.to_send.pop_front() {
+            Some(len) => {
+                let end = up && c.to_send.is_empty() && c.sent % 2 == 1;
+                let fl = if end { flags::END } else { 0 };
+                (Kind::Message, fl, sim_payload(call, c.sent, up, len))
+            }
+            None => (Kind::End, 0, Vec::new()),
+        };
+        let ends = kind == Kind::End || fl & flags::END != 0;
+        let result = if kind == Kind::End && !up {
+            self.core.end_call(call, &Status::new(Code::Ok, ""), &[])
+        } else {
+            let o = out(&self.core, kind, fl, 0, &payload);
+            self.core.send(call, o, 5, 0)
+        };
+        let c = self.calls.get_mut(&call).expect("present");
+        c.sent += usize::from(kind == Kind::Message);
+        if ends {
+            c.done = true;
+        }
+        match result {
+            Ok(Some(f)) => wire.post(f),
+            Ok(None) => {}
+            Err(SendError::NotOpen) => c.done = true,
+            Err(e) => panic!("send refused: {e:?}"),
+        }
+    }
+}
+
+fn simulate(seed: u64) {
+    let mut rng = Rng(seed | 1);
+    let slots = 3 + rng.below(6) as u32;
+    let h = Hello {
+        slot_count: slots,
+        slot_size: 128 + rng.below(400) as u32,
+        max_message_size: 2000,
+        max_calls: 1 + rng.below(4) as u32,
+        call_window: 200 + rng.below(2000) as u32,
+        max_metadata_size: 1024,
+    };
+    let (c, s) = pair_with(h, h);
+    let mut client = Side {
+        core: c,
+        held: 0,
+        calls: Default::default(),
+        buffers: true,
+    };
+    let mut server = Side {
+        core: s,
+        held: 0,
+        calls: Default::default(),
+        buffers: true,
+    };
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let total_calls = 12;
+    let mut opened = 0;
+    let mut finished = std::collections::BTreeSet::new();
+    let mut cancelled = std::collections::BTreeSet::new();
+    let mut step = 0u32;
+    loop {
+        step += 1;
+        if step >= 200_000 {
+            let brief = |side: &Side| {
+                format!(
+                    "credits {} owed {} held {} ready {:?} control {:?} calls {:?} sim {:?}",
+                    side.core.send_credits,
+                    side.core.owed,
+                    side.held,
+                    side.core.ready,
+                    side.core.control,
+                    side.core
+                        .calls
+                        .iter()
+                        .map(|(id, c)| {
+                            (
+                                id,
+                                c.state,
+                                c.send_window,
+                                c.recv_window,
+                                c.window_owed,
+                                c.out.len(),
+                                c.recv_open,
+                                c.send_open,
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                    side.calls
+                        .iter()
+                        .map(|(id, c)| (
+                            id,
+                            c.to_send.len(),
+                            c.done,
+                            c.half_closed,
+                            c.received,
+                            c.unconsumed.len()
+                        ))
+                        .collect::<Vec<_>>()
+                )
+            };
+            panic!(
+                "seed {seed}: no progress (deadlock?) finished {finished:?}\nclient {}\nserver {}",
+                brief(&client),
+                brief(&server)
+            );
+        }
+        let draining = step > 2_000;
+        let action = rng.below(10);
+        match action {
+            0 if opened < total_calls => match client.core.open_call(opened as u32) {
+                Ok(id) => {
+                    opened += 1;
+                    let n = 1 + rng.below(3) as usize;
+                    let lens = (0..n).map(|_| rng.below(700) as usize).collect();
+                    client.calls.insert(
+                        id,
+                        SimCall {
+                            to_send: lens,
+                            ..Default::default()
+                        },
+                    );
+                    client.send_next(id, true, &mut up);
+                }
+                Err(SendError::AtCapacity) => {}
+                Err(e) => panic!("seed {seed}: open refused: {e:?}"),
+            },
+            1 => {
+                let pending: Vec<u64> = client
+                    .calls
+                    .iter()
+                    .filter(|(_, c)| !c.done)
+                    .map(|(&id, _)| id)
+                    .collect();
+                if let Some(&id) = pending.get(rng.below(pending.len().max(1) as u64) as usize) {
+                    client.send_next(id, true, &mut up);
+                }
+            }
+            2 if !draining && rng.chance(10) => {
+                let open: Vec<u64> = client
+                    .calls
+                    .keys()
+                    .copied()
+                    .filter(|id| !finished.contains(id))
+                    .collect();
+                if let Some(&id) = open.get(rng.below(open.len().max(1) as u64) as usize) {
+                    if client.core.cancel(id, Code::Cancelled).is_some() {
+                        finished.insert(id);
+                        cancelled.insert(id);
+                        client.calls.remove(&id);
+                    }
+                }
+            }
+            3 | 4 => {
+                let (wire, side, from_client) = if rng.chance(50) {
+                    (&mut up, &mut server, true)
+                } else {
+                    (&mut down, &mut client, false)
+                };
+                if let Some(f) = wire.frames.pop_front() {
+                    let event = side.core.on_frame(&f);
+                    let event = own(event.unwrap_or_else(|e| panic!("seed {seed}: {e}")));
+                    side.held += 1;
+                    apply(seed, side, event, from_client, &mut finished, &cancelled);
+                }
+            }
+            5 => {
+                let side = if rng.chance(50) {
+                    &mut client
+                } else {
+                    &mut server
+                };
+                let n = rng.below(u64::from(side.held) + 1) as u32;
+                side.held -= n;
+                side.core.released(n);
+            }
+            6 => {
+                // The server answers half-closed calls, and consumes what arrived.
+                let ids: Vec<u64> = server.calls.keys().copied().collect();
+                for id in ids {
+                    let c = server.calls.get_mut(&id).expect("present");
+                    for cost in c.unconsumed.drain(..) {
+                        server.core.consumed(id, cost);
+                    }
+                    if c.half_closed && !c.done && rng.chance(50) {
+                        server.send_next(id, false, &mut down);
+                    }
+                }
+            }
+            7 => {
+                let (side, wire) = if rng.chance(50) {
+                    (&mut client, &mut up)
+                } else {
+                    (&mut server, &mut down)
+                };
+                side.buffers = draining || rng.chance(80);
+                side.flush(wire);
+            }
+            8 => {
+                let ids: Vec<u64> = client.calls.keys().copied().collect();
+                for id in ids {
+                    let c = client.calls.get_mut(&id).expect("present");
+                    for cost in c.unconsumed.drain(..) {
+                        client.core.consumed(id, cost);
+                    }
+                }
+            }
+            _ => {}
+        }
+        check_conservation(seed, step, &client, &server, &up, &down);
+        if draining {
+            // Release everything and let both sides talk until quiet.
+            for side in [&mut client, &mut server] {
+                side.core.released(side.held);
+                side.held = 0;
+            }
+        }
+        if opened == total_calls && finished.len() == total_calls as usize {
+            break;
+        }
+    }
+    // Let the last CANCELs and credits travel.
+    for _ in 0..20 {
+        check_conservation(seed, step, &client, &server, &up, &down);
+        for side in [&mut client, &mut server] {
+            side.core.released(side.held);
+            side.held = 0;
+            side.buffers = true;
+        }
+        client.flush(&mut up);
+        server.flush(&mut down);
+        for f in std::mem::take(&mut up.frames) {
+            let e = own(server
+                .core
+                .on_frame(&f)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}")));
+            server.held += 1;
+            apply(seed, &mut server, e, true, &mut finished, &cancelled);
+        }
+        for f in std::mem::take(&mut down.frames) {
+            let e = own(client
+                .core
+                .on_frame(&f)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}")));
+            client.held += 1;
+            apply(seed, &mut client, e, false, &mut finished, &cancelled);
+        }
+    }
+    assert!(
+        up.frames.is_empty() && down.frames.is_empty(),
+        "seed {seed}: still talking"
+    );
+    assert_eq!(
+        client.core.open_calls(),
+        0,
+        "seed {seed}: client {:?} credits c {} {} {} s {} {} {} control {:?} slots {}",
+        client.core.calls,
+        client.core.send_credits,
+        client.core.owed,
+        client.core.peer_credits,
+        server.core.send_credits,
+        server.core.owed,
+        server.core.peer_credits,
+        client.core.control,
+        client.core.local.slot_count
+    );
+    assert_eq!(
+        server.core.open_calls(),
+        0,
+        "seed {seed}: server {:?} sim {:?} cancelled {cancelled:?}",
+        server.core.calls,
+        server
+            .calls
+            .iter()
+            .map(|(id, c)| (id, c.half_closed, c.done, c.received))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        server.core.calls.is_empty() && client.core.calls.is_empty(),
+        "seed {seed}: server {:?} client {:?}",
+        server.core.calls,
+        client.core.calls
+    );
+}
+
+/// Credits are conserved in each direction (docs/PROTOCOL.md §6): the sender's credits, the
+/// credits travelling back to it, its frames in flight, the frames the receiver holds and the
+/// credits the receiver owes add up to the receiver's slot count.
+fn check_conservation(seed: u64, step: u32, client: &Side, server: &Side, up: &Wire, down: &Wire) {
+    for (sender, receiver, to_receiver, to_sender) in
+        [(client, server, up, down), (server, client, down, up)]
+    {
+        let returning: u32 = to_sender
+            .frames
+            .iter()
+            .map(|f| u32::from(u16::from_le_bytes([f[6], f[7]])))
+            .sum();
+        let total = sender.core.send_credits
+            + returning
+            + to_receiver.frames.len() as u32
+            + receiver.held
+            + receiver.core.owed;
+        assert_eq!(
+            total, receiver.core.local.slot_count,
+            "seed {seed} step {step}: credits not conserved"
+        );
+    }
+}
+
+/// Applies a received event to the simulation, checking payloads.
+fn apply(
+    seed: u64,
+    side: &mut Side,
+    event: Ev,
+    at_server: bool,
+    finished: &mut std::collections::BTreeSet<u64>,
+    cancelled: &std::collections::BTreeSet<u64>,
+) {
+    match event {
+        Ev::None | Ev::Pong(_) | Ev::Goodbye(..) | Ev::Headers(..) | Ev::Opened(..) => {}
+        Ev::Message(id, opened, body, end, ended) => {
+            if opened.is_some() {
+                assert!(at_server);
+                side.core.set_user(id, id as u32);
+                // Replies: as many as the request had messages, of sizes derived from it.
+                side.calls.insert(id, SimCall::default());
+            }
+            let c = side.calls.get_mut(&id).expect("known call");
+            let expected = sim_payload(id, c.received, at_server, body.len());
+            assert_eq!(
+                body, expected,
+                "seed {seed}: call {id} message {}",
+                c.received
+            );
+            c.received += 1;
+            c.unconsumed.push(Core::message_cost(body.len()));
+            if end && at_server {
+                c.half_closed = true;
+                c.to_send = (0..c.received).map(|i| (i * 300) % 900).collect();
+            }
+            if ended.is_some() {
+                assert!(!cancelled.contains(&id));
+                assert!(finished.insert(id), "seed {seed}: call {id} finished twice");
+            }
+        }
+        Ev::HalfClosed(id) => {
+            let c = side.calls.get_mut(&id).expect("known call");
+            c.half_closed = true;
+            c.to_send = (0..c.received).map(|i| (i * 300) % 900).collect();
+        }
+        Ev::Ended(id, code, _, _) => {
+            assert_eq!(code, Code::Ok, "seed {seed}");
+            assert!(finished.insert(id), "seed {seed}: call {id} finished twice");
+        }
+        Ev::Cancelled(id, ..) => {
+            assert!(at_server, "seed {seed}: only clients cancel here");
+            side.calls.remove(&id);
+        }
+        Ev::Refused(id, code, _) => panic!("seed {seed}: call {id} refused: {code:?}"),
+    }
+}
+
+#[test]
+fn random_interleavings_of_two_cores_never_violate_lose_or_hang() {
+    let seeds: u64 = std::env::var("RPC_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    for seed in 1..=seeds {
+        simulate(seed);
+    }
+}
