@@ -6,6 +6,8 @@
 //!   current thread holds, so [`assert_unlocked`] can check at every park, post and call into
 //!   user code that no runtime lock is held there (a lock held across a wait is how the client
 //!   hung in issue 7).
+//! - [`Oneshot`]: a reusable single-value slot where a completer leaves a call's outcome and
+//!   the waiting thread or task picks it up, without a lock.
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
 //!
@@ -31,20 +33,32 @@
 mod exclusive;
 mod lockdep;
 mod locks;
+mod oneshot;
 
 pub use exclusive::{Exclusive, ExclusiveGuard};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use oneshot::Oneshot;
 
-/// Atomics and cells: std's, or loom's under `--cfg loom`.
+/// Atomics, cells and parking: std's, or loom's under `--cfg loom`.
 pub(crate) mod primitive {
     #[cfg(loom)]
     pub(crate) use loom::cell::UnsafeCell;
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::AtomicBool;
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8};
+    #[cfg(loom)]
+    pub(crate) use loom::thread::{current, park, Thread};
+
+    /// Loom has no timed park: a spurious wake-up, which every caller tolerates.
+    #[cfg(loom)]
+    pub(crate) fn park_timeout(_: std::time::Duration) {
+        loom::thread::yield_now();
+    }
 
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::AtomicBool;
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8};
+    #[cfg(not(loom))]
+    pub(crate) use std::thread::{current, park, park_timeout, Thread};
 
     /// `std`'s `UnsafeCell` with loom's closure-based access, so one body serves both.
     #[cfg(not(loom))]

@@ -7,7 +7,7 @@ use loom::sync::atomic::{fence, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use rpc_sync::Exclusive;
+use rpc_sync::{Exclusive, Oneshot};
 
 /// Two threads take turns owning the data; loom's cell tracking fails the model if two ever
 /// touch it at once.
@@ -59,4 +59,74 @@ fn work_left_for_the_owner_is_never_stranded() {
         let mut g = owner.try_lock().expect("nobody owns it any more");
         assert_eq!(g.with(|done| *done), 2);
     });
+}
+
+/// A completion racing a parked receiver: the receiver always gets the value (never sleeps
+/// through it), and the value is never read while being written.
+#[test]
+fn oneshot_wakes_a_parked_receiver() {
+    loom::model(|| {
+        let slot = Arc::new(Oneshot::new());
+        let completer = Arc::clone(&slot);
+        let t = thread::spawn(move || assert!(completer.complete(7u32)));
+        assert_eq!(slot.wait(None), Some(7));
+        t.join().unwrap();
+    });
+}
+
+/// Two completers (a reply and a deadline): exactly one wins, and the receiver gets its value.
+#[test]
+fn oneshot_first_completion_wins() {
+    loom::model(|| {
+        let slot = Arc::new(Oneshot::new());
+        let (a, b) = (Arc::clone(&slot), Arc::clone(&slot));
+        let ta = thread::spawn(move || a.complete(1u32));
+        let tb = thread::spawn(move || b.complete(2u32));
+        let got = slot.wait(None).unwrap();
+        let (wa, wb) = (ta.join().unwrap(), tb.join().unwrap());
+        assert!(wa ^ wb, "exactly one completion wins");
+        assert_eq!(got, if wa { 1 } else { 2 });
+    });
+}
+
+/// A task re-registers with a new waker while the value arrives: it is woken or sees the
+/// value, whichever way the race goes.
+#[test]
+fn oneshot_task_registration_races_completion() {
+    use std::task::{Context, Poll};
+    loom::model(|| {
+        let slot = Arc::new(Oneshot::new());
+        let completer = Arc::clone(&slot);
+        let (waker, woken) = flag_waker();
+        let mut cx = Context::from_waker(&waker);
+        let first = slot.poll_take(&mut cx);
+        let t = thread::spawn(move || completer.complete(5u32));
+        let second = slot.poll_take(&mut cx);
+        t.join().unwrap();
+        let got = match (first, second) {
+            (Poll::Ready(v), _) | (_, Poll::Ready(v)) => v,
+            _ => {
+                assert!(
+                    woken.load(Ordering::SeqCst),
+                    "pending, and the waker never fired"
+                );
+                slot.try_take().unwrap()
+            }
+        };
+        assert_eq!(got, 5);
+    });
+}
+
+/// A waker that sets a flag.
+fn flag_waker() -> (std::task::Waker, Arc<loom::sync::atomic::AtomicBool>) {
+    use loom::sync::atomic::AtomicBool;
+    struct Flag(Arc<AtomicBool>);
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let waker = std::task::Waker::from(std::sync::Arc::new(Flag(Arc::clone(&flag))));
+    (waker, flag)
 }
