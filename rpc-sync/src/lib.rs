@@ -8,6 +8,8 @@
 //!   hung in issue 7).
 //! - [`Oneshot`]: a reusable single-value slot where a completer leaves a call's outcome and
 //!   the waiting thread or task picks it up, without a lock.
+//! - [`Serializer`]: state worked on by one thread at a time, with work left for its owner
+//!   instead of waited for (a connection's protocol state).
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
 //!
@@ -34,11 +36,13 @@ mod exclusive;
 mod lockdep;
 mod locks;
 mod oneshot;
+mod serializer;
 
 pub use exclusive::{Exclusive, ExclusiveGuard};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::Oneshot;
+pub use serializer::Serializer;
 
 /// Atomics, cells and parking: std's, or loom's under `--cfg loom`.
 pub(crate) mod primitive {

@@ -7,7 +7,7 @@ use loom::sync::atomic::{fence, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use rpc_sync::{Exclusive, Oneshot};
+use rpc_sync::{Exclusive, Oneshot, Serializer};
 
 /// Two threads take turns owning the data; loom's cell tracking fails the model if two ever
 /// touch it at once.
@@ -129,4 +129,41 @@ fn flag_waker() -> (std::task::Waker, Arc<loom::sync::atomic::AtomicBool>) {
     let flag = Arc::new(AtomicBool::new(false));
     let waker = std::task::Waker::from(std::sync::Arc::new(Flag(Arc::clone(&flag))));
     (waker, flag)
+}
+
+/// Two threads submit work to a serializer while each holds it in turn: every item runs
+/// exactly once, one at a time (the state is a plain cell), and every delivery is made.
+#[test]
+fn serializer_runs_every_item_once_and_delivers() {
+    loom::model(|| {
+        let s = Arc::new(Serializer::new(Vec::<u32>::new()));
+        let delivered = Arc::new(AtomicUsize::new(0));
+        let submit = |s: &Serializer<Vec<u32>, u32>, item: u32, delivered: &AtomicUsize| {
+            s.submit(
+                item,
+                &mut |log: &mut Vec<u32>, w: u32| {
+                    log.push(w);
+                    // Odd items produce a delivery.
+                    (w % 2 == 1).then_some(w)
+                },
+                &mut |_d: u32| {
+                    delivered.fetch_add(1, Ordering::SeqCst);
+                },
+            )
+        };
+        let (s2, d2) = (Arc::clone(&s), Arc::clone(&delivered));
+        let t = thread::spawn(move || {
+            submit(&s2, 1, &d2);
+            submit(&s2, 2, &d2);
+        });
+        submit(&s, 3, &delivered);
+        t.join().unwrap();
+        let log = s.try_with(|log| log.clone()).expect("nobody owns it");
+        let mut sorted = log.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![1, 2, 3], "each item exactly once: {log:?}");
+        let pos = |x| log.iter().position(|&v| v == x).unwrap();
+        assert!(pos(1) < pos(2), "one thread's items in order: {log:?}");
+        assert_eq!(delivered.load(Ordering::SeqCst), 2);
+    });
 }

@@ -1,0 +1,107 @@
+//! [`Serializer`]: state that one thread at a time works on, with work handed to whoever owns
+//! it instead of waiting for it. The runtime keeps each connection's protocol state in one.
+
+use std::sync::atomic::{fence, Ordering};
+
+use crate::Exclusive;
+
+/// The queue of work left for the owner: lock-free in normal builds, a loom-visible mutex
+/// under loom (whose model cannot see inside crossbeam).
+#[cfg(not(loom))]
+type Queue<W> = crossbeam::queue::SegQueue<W>;
+
+#[cfg(loom)]
+struct Queue<W>(loom::sync::Mutex<std::collections::VecDeque<W>>);
+
+#[cfg(loom)]
+impl<W> Queue<W> {
+    fn new() -> Self {
+        Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()))
+    }
+    fn push(&self, w: W) {
+        self.0.lock().unwrap().push_back(w);
+    }
+    fn pop(&self) -> Option<W> {
+        self.0.lock().unwrap().pop_front()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
+}
+
+/// State `S` worked on by one thread at a time, and the work items `W` other threads left for
+/// it. [`Serializer::submit`] runs a work item at once if nobody owns the state; otherwise it
+/// queues the item and returns, and the owner runs it before letting go. Nobody ever waits,
+/// so no thread can be blocked behind another, whatever the owner does.
+///
+/// A step may produce a delivery `D` (completing a call, running a handler): deliveries run
+/// after the state is let go, so other threads can work on it meanwhile, and in the order
+/// their work items ran on the submitting thread.
+///
+/// Work items run in the order they were queued; a thread's own item runs after the items
+/// already queued, so one thread's items run in the order it submitted them.
+///
+/// Bound: the queue holds what submitters left while the state was owned; each caller of
+/// `submit` adds at most one item per call, so its length is bounded by what the runtime's
+/// callers may have outstanding (documented where the runtime submits).
+pub struct Serializer<S, W> {
+    owner: Exclusive<S>,
+    inbox: Queue<W>,
+}
+
+impl<S, W> Serializer<S, W> {
+    /// Unowned state and an empty queue.
+    pub fn new(state: S) -> Self {
+        Serializer {
+            owner: Exclusive::new(state),
+            inbox: Queue::new(),
+        }
+    }
+
+    /// Runs `work` through `step` now or leaves it to the current owner; see the type's
+    /// docs. `deliver` runs each delivery a step produced, with the state let go.
+    pub fn submit<D>(
+        &self,
+        work: W,
+        step: &mut dyn FnMut(&mut S, W) -> Option<D>,
+        deliver: &mut dyn FnMut(D),
+    ) {
+        let mut own = Some(work);
+        loop {
+            let Some(mut guard) = self.owner.try_lock() else {
+                match own.take() {
+                    Some(w) => {
+                        self.inbox.push(w);
+                        // Pairs with the owner's fence after letting go: either it sees this
+                        // item, or this thread sees the state free and takes it.
+                        fence(Ordering::SeqCst);
+                        continue;
+                    }
+                    None => return,
+                }
+            };
+            let mut delivery = None;
+            while delivery.is_none() {
+                let Some(w) = self.inbox.pop().or_else(|| own.take()) else {
+                    break;
+                };
+                delivery = guard.with(|state| step(state, w));
+            }
+            drop(guard);
+            fence(Ordering::SeqCst);
+            match delivery {
+                Some(d) => deliver(d),
+                None if own.is_none() && self.inbox.is_empty() => return,
+                None => {}
+            }
+        }
+    }
+
+    /// Runs `f` on the state if nobody owns it (`None` otherwise). Work queued meanwhile is
+    /// left for the next [`Serializer::submit`]: use this only for things that can be
+    /// retried, such as a periodic check.
+    pub fn try_with<R>(&self, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+        let mut guard = self.owner.try_lock()?;
+        Some(guard.with(f))
+    }
+}
