@@ -6,10 +6,10 @@
 //!   slot of the default size (8 KiB).
 //! * `decode`: what a receiver does with that frame: header validation and prost decoding of
 //!   the body (which allocates the payload `Vec`).
-//! * `dispatch`: one request frame through `Connection::on_frame` on a server-side protocol
-//!   core (validation, credit accounting, the in-progress request set), then the response
-//!   header from `Connection::direct_header` encoded into a send slot, and the receive slot
-//!   reported re-posted.
+//! * `dispatch`: one unary request frame through `Connection::on_frame` on a server-side
+//!   protocol core (validation, credit accounting, the call table), then the reply's header
+//!   written by `Connection::send` into its send slot, and the receive slot reported
+//!   released.
 //!
 //! `cargo bench -p rpc-benches --bench micro`; the estimates land in
 //! `target/criterion/{encode,decode,dispatch}/new/estimates.json`.
@@ -19,8 +19,9 @@ use std::hint::black_box;
 use criterion::{criterion_main, Criterion};
 use prost::Message;
 use rpc_benches::echo::EchoRequest;
-use rpc_core::protocol::{Connection, Event, FrameKind, Header, Hello, MessageHead, HEADER_LEN};
-use rpc_core::{Code, RingConfig};
+use rpc_core::protocol::v2::{flags, Outgoing, Payload};
+use rpc_core::protocol::{Connection, Event, Header, Kind, Role, HEADER_LEN};
+use rpc_core::RingConfig;
 
 /// The 64-byte request every benchmark uses.
 fn request() -> EchoRequest {
@@ -29,25 +30,24 @@ fn request() -> EchoRequest {
     }
 }
 
-/// The header of a single-frame request of `len` body bytes.
-fn request_header(request_id: u64, credits: u16, len: usize) -> Header {
+/// The header of a unary request (one MESSAGE opening and ending the call) of `len` bytes.
+fn request_header(call_id: u64, credits: u16, len: usize) -> Header {
     Header {
-        kind: FrameKind::Request,
+        flags: flags::OPEN | flags::END,
         credits,
-        request_id,
+        call_id,
         code: 0x1234_5678,
-        timeout_us: 0,
         message_len: len as u32,
-        segment_offset: 0,
         segment_len: len as u32,
+        ..Header::new(Kind::Message)
     }
 }
 
 /// A complete request frame carrying `request`.
-fn request_frame(request: &EchoRequest, credits: u16) -> Vec<u8> {
+fn request_frame(request: &EchoRequest, call_id: u64, credits: u16) -> Vec<u8> {
     let len = request.encoded_len();
     let mut frame = vec![0u8; HEADER_LEN + len];
-    request_header(1, credits, len).encode(&mut frame);
+    request_header(call_id, credits, len).encode(&mut frame);
     request
         .encode(&mut &mut frame[HEADER_LEN..])
         .expect("the frame has room");
@@ -71,7 +71,7 @@ fn encode(c: &mut Criterion) {
 }
 
 fn decode(c: &mut Criterion) {
-    let frame = request_frame(&request(), 1);
+    let frame = request_frame(&request(), 1, 1);
     c.bench_function("decode", |b| {
         b.iter(|| {
             let frame = black_box(&frame[..]);
@@ -85,45 +85,43 @@ fn decode(c: &mut Criterion) {
 
 fn dispatch(c: &mut Criterion) {
     let ring = RingConfig::default();
-    let hello = Hello {
-        slot_count: ring.slot_count,
-        slot_size: ring.slot_size,
-        max_message_size: ring.max_message_size,
-    };
-    // The server's core; its waiters are irrelevant (it starts no calls).
-    let mut core: Connection<()> = Connection::new(hello, hello, ring.slot_size as usize);
+    let hello = ring.hello();
+    // The server's core; its per-call data is irrelevant here.
+    let mut core: Connection<(), Vec<u8>> =
+        Connection::new(Role::Server, hello, hello, ring.slot_size as usize);
     let request = request();
     let reply_len = request.encoded_len();
-    let mut slot = vec![0u8; ring.slot_size as usize];
-
-    // Steady state: every request returns the credit its predecessor's reply spent. The
-    // first one returns none (the server starts with all its credits).
-    let first = request_frame(&request, 0);
-    match core.on_frame(&first).expect("valid frame") {
-        Event::Request { id, .. } => {
-            core.direct_header(MessageHead::response(id, Code::Ok), reply_len)
-                .encode(&mut slot);
-            core.note_reposted(1);
-        }
-        other => panic!("expected a request, got {other:?}"),
-    }
-    let frame = request_frame(&request, 1);
+    let mut spare = Some(vec![0u8; ring.slot_size as usize]);
+    // Steady state: every request returns the credit its predecessor's reply spent (the
+    // first one returns none: the server starts with all its credits), and opens the next
+    // call id.
+    let mut frame = request_frame(&request, 1, 0);
+    let mut call = 1u64;
     c.bench_function("dispatch", |b| {
         b.iter(|| {
             match core.on_frame(black_box(&frame)) {
-                Ok(Event::Request { id, .. }) => {
-                    assert!(core.can_send_direct(reply_len));
-                    core.direct_header(MessageHead::response(id, Code::Ok), reply_len)
-                        .encode(&mut slot);
+                Ok(Event::Message { call: id, .. }) => {
+                    let out = Outgoing {
+                        kind: Kind::Message,
+                        flags: flags::END,
+                        code: 0,
+                        payload: Payload::InBuffer(spare.take().expect("slot"), reply_len),
+                    };
+                    let (slot, _) = core
+                        .send(id, out, 0, 0)
+                        .expect("open call")
+                        .expect("credits allow it");
+                    spare = Some(black_box(slot));
                 }
                 other => panic!("expected a request, got {other:?}"),
             }
-            core.note_reposted(1);
-            black_box(&slot);
+            core.released(1);
+            call += 1;
+            frame[8..16].copy_from_slice(&call.to_le_bytes());
+            frame[6..8].copy_from_slice(&1u16.to_le_bytes());
         })
     });
 }
-
 /// The group Criterion runs (a module, so the generated function needs no doc comment).
 mod group {
     criterion::criterion_group!(micro, super::encode, super::decode, super::dispatch);

@@ -12,7 +12,8 @@ use std::time::Duration;
 use rpc_core::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
 };
-use rpc_core::protocol::frame::{FrameKind, Header, Hello, HEADER_LEN};
+use rpc_core::protocol::v2::{flags, HELLO_LEN};
+use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{Client, Code, Request, RingConfig, Server, TransportKind};
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -47,6 +48,7 @@ const RING: RingConfig = RingConfig {
     slot_count: 8,
     slot_size: 4096,
     max_message_size: 64 * 1024,
+    ..RingConfig::DEFAULT
 };
 
 struct Raw {
@@ -69,13 +71,12 @@ impl Raw {
             slot_count: 16,
             slot_size: 4096,
             max_message_size: 1 << 20,
+            ..RingConfig::DEFAULT.hello()
         };
         raw.stream.write_all(&hello.to_frame()).unwrap();
-        let mut theirs = [0u8; HEADER_LEN + 16];
+        let mut theirs = [0u8; HEADER_LEN + HELLO_LEN];
         raw.stream.read_exact(&mut theirs).unwrap();
-        let h = Header::decode(&theirs).unwrap();
-        assert_eq!(h.kind, FrameKind::Hello);
-        assert_eq!(Hello::decode(&theirs[HEADER_LEN..]).unwrap(), RING.hello());
+        assert_eq!(Hello::from_frame(&theirs).unwrap(), RING.hello());
         raw
     }
 
@@ -86,14 +87,12 @@ impl Raw {
 
     fn request(&mut self, id: u64, method_id: u32, message_len: u32, payload: &[u8]) {
         let h = Header {
-            kind: FrameKind::Request,
-            credits: 0,
-            request_id: id,
+            flags: flags::OPEN | flags::END,
+            call_id: id,
             code: method_id,
-            timeout_us: 0,
             message_len,
-            segment_offset: 0,
             segment_len: payload.len() as u32,
+            ..Header::new(Kind::Message)
         };
         let mut f = vec![0u8; HEADER_LEN + payload.len()];
         h.encode(&mut f);
@@ -101,7 +100,8 @@ impl Raw {
         self.send(&f);
     }
 
-    /// Reads one RESPONSE frame: (request id, status code, payload).
+    /// Reads a call's final frame (an END, or a MESSAGE with END): (call id, status code,
+    /// payload: the reply message, or the trailers block of an END).
     fn response(&mut self) -> (u64, u32, Vec<u8>) {
         loop {
             let mut hb = [0u8; HEADER_LEN];
@@ -109,8 +109,8 @@ impl Raw {
             let h = Header::decode(&hb).unwrap();
             let mut payload = vec![0u8; h.segment_len as usize];
             self.stream.read_exact(&mut payload).unwrap();
-            if h.kind == FrameKind::Response {
-                return (h.request_id, h.code, payload);
+            if h.kind == Kind::End || (h.kind == Kind::Message && h.has(flags::END)) {
+                return (h.call_id, h.code, payload);
             }
         }
     }
@@ -179,14 +179,12 @@ fn hostile_peers_never_disturb_a_good_client() {
     let mut raw = Raw::handshake(&addr);
     let mut h = [0u8; HEADER_LEN];
     Header {
-        kind: FrameKind::Request,
-        credits: 0,
-        request_id: 1,
+        flags: flags::OPEN,
+        call_id: 1,
         code: METHODS[0].id,
-        timeout_us: 0,
         message_len: u32::MAX,
-        segment_offset: 0,
         segment_len: u32::MAX,
+        ..Header::new(Kind::Message)
     }
     .encode(&mut h);
     raw.send(&h);
@@ -249,7 +247,7 @@ fn hostile_peers_never_disturb_a_good_client() {
         let h = Header::decode(&hb).unwrap();
         let mut payload = vec![0u8; h.segment_len as usize];
         raw.stream.read_exact(&mut payload).unwrap();
-        if h.kind == FrameKind::Response {
+        if h.kind == Kind::End {
             assert_eq!(Code::from_u32(h.code), Code::Unimplemented);
             answered += 1;
         }
@@ -259,19 +257,15 @@ fn hostile_peers_never_disturb_a_good_client() {
         "credit flood: {answered} of {flood} answered and the connection still open"
     );
 
-    // A duplicate request id while the first is in progress is a protocol violation; so is a
-    // continuation segment for nothing.
+    // A continuation segment for a call that was never opened is a protocol violation.
     let mut raw = Raw::handshake(&addr);
     let mut cont = [0u8; HEADER_LEN + 4];
     Header {
-        kind: FrameKind::Request,
-        credits: 0,
-        request_id: 5,
-        code: METHODS[0].id,
-        timeout_us: 0,
+        call_id: 5,
         message_len: 8,
         segment_offset: 4,
         segment_len: 4,
+        ..Header::new(Kind::Message)
     }
     .encode(&mut cont);
     raw.send(&cont);

@@ -48,6 +48,7 @@ pub const RING: RingConfig = RingConfig {
     slot_count: 32,
     slot_size: 4096,
     max_message_size: 4 << 20,
+    ..RingConfig::DEFAULT
 };
 
 /// Starts a Torture server on `addr`.

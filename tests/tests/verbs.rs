@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpc_core::protocol::frame::{FrameKind, Header, HEADER_LEN};
+use rpc_core::protocol::v2::flags;
+use rpc_core::protocol::{Header, Kind, HEADER_LEN};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
 use rpc_core::transport::{Completion, Link, RingConfig};
 use rpc_core::{Client, Code, TransportKind};
@@ -227,6 +228,7 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
         slot_count: 8,
         slot_size: 4096,
         max_message_size: 1 << 20,
+        ..RingConfig::DEFAULT
     };
     let mut next_id = 1;
     let mut raw = |frames: &[Vec<u8>]| -> Arc<dyn Link> {
@@ -241,7 +243,7 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
         }
         link
     };
-    // Waits for the next RESPONSE on `link` (returning its status code) or for its closure.
+    // Waits for the next END on `link` (returning its status code) or for its closure.
     let next_event = |link: &Arc<dyn Link>| -> Result<u32, String> {
         let until = Instant::now() + Duration::from_secs(20);
         let mut out = Vec::new();
@@ -252,7 +254,7 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
                 match c {
                     Completion::Recv { link: l, buf } if l == link.id() => {
                         let h = Header::decode(&buf).unwrap();
-                        if h.kind == FrameKind::Response {
+                        if h.kind == Kind::End {
                             return Ok(h.code);
                         }
                     }
@@ -272,14 +274,12 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
     let request = |id: u64, method: u32, total: u32, payload: &[u8]| {
         frame(
             Header {
-                kind: FrameKind::Request,
-                credits: 0,
-                request_id: id,
+                flags: flags::OPEN | flags::END,
+                call_id: id,
                 code: method,
-                timeout_us: 0,
                 message_len: total,
-                segment_offset: 0,
                 segment_len: payload.len() as u32,
+                ..Header::new(Kind::Message)
             },
             payload,
         )

@@ -1,11 +1,8 @@
-//! The protocol core: framing, credits, request ids, segmentation and reassembly, size limits
-//! and deadlines, as pure state machines with no I/O and no clock of their own (time is passed
-//! in). The runtime drives them from completions; the tests drive two of them against each
-//! other in memory.
+//! The protocol core: framing, credits, calls, windows, segmentation and reassembly, size
+//! limits, as pure state machines with no I/O and no clock of their own. The runtime drives
+//! them from completions; the tests drive two of them against each other in memory.
+//! `docs/PROTOCOL.md` is the normative description.
 
-pub mod conn;
-pub mod frame;
-
-pub use conn::{Body, Connection, Event, MessageHead};
-pub use frame::{FrameKind, Header, Hello, HEADER_LEN};
 pub mod v2;
+
+pub use v2::{Connection, Event, Header, Hello, Kind, Role, Violation, HEADER_LEN};

@@ -7,52 +7,50 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-use std::thread::{JoinHandle, Thread};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
-use super::conn::{Conn, Payload};
-use super::endpoint::{Endpoint, NoService};
+use super::conn::{Conn, Payload, Work, UNARY};
+use super::endpoint::Endpoint;
 use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
 use crate::codegen::MethodDescriptor;
-use crate::protocol::{FrameKind, MessageHead};
+use crate::protocol::v2::{Kind, Role};
 use crate::transport::RingConfig;
 use crate::{Error, Request, Status, TransportKind};
 
-// ----- the per-call rendezvous between the poller and the caller -------------------------
+// ----- the per-call rendezvous between whoever completes a call and its caller ------------
 
-enum Waiter {
-    Thread(Thread),
-    Task(Waker),
-}
-
-enum CallState {
-    Pending(Option<Waiter>),
-    Ready(Result<Payload, Status>),
-    Taken,
-}
-
-/// Where the poller leaves a call's outcome and wakes its caller.
+/// Where a call's outcome is left for its caller.
 pub(crate) struct CallCell {
-    state: Mutex<CallState>,
-    ready: AtomicBool,
-    /// A thread is in [`CallCell::wait`] and will decode the reply at once.
+    outcome: Oneshot<Result<Payload, Status>>,
+    /// The call id, once the connection's owner opened the call.
+    id: AtomicU64,
+    /// A thread is waiting and will decode the reply at once: it may stay in its slot.
     thread_waiting: AtomicBool,
 }
 
 impl CallCell {
     fn new() -> Arc<CallCell> {
         Arc::new(CallCell {
-            state: Mutex::new(CallState::Pending(None)),
-            ready: AtomicBool::new(false),
+            outcome: Oneshot::new(),
+            id: AtomicU64::new(0),
             thread_waiting: AtomicBool::new(false),
         })
     }
 
-    /// Stores the outcome (first one wins) and wakes the waiter.
+    pub(crate) fn id(&self) -> u64 {
+        self.id.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_id(&self, id: u64) {
+        self.id.store(id, Ordering::Release);
+    }
+
+    /// Leaves the outcome and wakes the caller.
     ///
     /// A reply stays in its receive slot (zero-copy) only while a thread waits to decode it.
     /// Otherwise (a future not being awaited yet) it is copied out and the slot released:
@@ -63,68 +61,17 @@ impl CallCell {
             Ok(payload) if !self.thread_waiting.load(Ordering::Acquire) => Ok(payload.detach()),
             other => other,
         };
-        let waiter = {
-            let mut state = self.state.lock();
-            let CallState::Pending(waiter) = &mut *state else {
-                return;
-            };
-            let waiter = waiter.take();
-            *state = CallState::Ready(result);
-            self.ready.store(true, Ordering::Release);
-            waiter
-        };
-        match waiter {
-            Some(Waiter::Thread(t)) => t.unpark(),
-            Some(Waiter::Task(w)) => w.wake(),
-            None => {}
-        }
-    }
-
-    fn take(&self) -> Option<Result<Payload, Status>> {
-        let mut state = self.state.lock();
-        match std::mem::replace(&mut *state, CallState::Taken) {
-            CallState::Ready(r) => Some(r),
-            other => {
-                *state = other;
-                None
-            }
-        }
+        assert_unlocked("completing a call");
+        self.outcome.complete(result);
     }
 
     /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).
-    /// Any polling or spinning before it is `Started::drive`'s.
     fn wait(&self, deadline: Option<Instant>) -> Option<Result<Payload, Status>> {
+        assert_unlocked("waiting for a reply");
         self.thread_waiting.store(true, Ordering::Release);
-        let result = self.wait_inner(deadline);
+        let result = self.outcome.wait(deadline);
         self.thread_waiting.store(false, Ordering::Release);
         result
-    }
-
-    fn wait_inner(&self, deadline: Option<Instant>) -> Option<Result<Payload, Status>> {
-        loop {
-            if let Some(r) = self.take() {
-                return Some(r);
-            }
-            {
-                let mut state = self.state.lock();
-                if let CallState::Pending(w) = &mut *state {
-                    *w = Some(Waiter::Thread(std::thread::current()));
-                }
-            }
-            if self.ready.load(Ordering::Acquire) {
-                continue;
-            }
-            match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return None;
-                    }
-                    std::thread::park_timeout(d - now);
-                }
-                None => std::thread::park(),
-            }
-        }
     }
 }
 
@@ -205,7 +152,8 @@ impl ClientBuilder {
         let counters = Arc::new(Counters::default());
         let (endpoint, poller) = Endpoint::start(
             cq,
-            Arc::new(NoService),
+            Role::Client,
+            None,
             Arc::clone(&counters),
             self.idle_spin,
             "client",
@@ -214,13 +162,13 @@ impl ClientBuilder {
             endpoint,
             poller: Mutex::new(Some(poller)),
             connector,
-            conn: Mutex::new(None),
+            conn: RwLock::new(None),
             next_link: AtomicU64::new(1),
             config: self,
             counters,
         };
         let conn = inner.connect_link().inspect_err(|_| inner.stop())?;
-        *inner.conn.lock() = Some(conn);
+        *inner.conn.write() = Some(conn);
         tracing::debug!(%addr, transport = inner.connector.name(), "connected");
         Ok(Client {
             inner: Arc::new(inner),
@@ -232,7 +180,7 @@ struct ClientInner {
     endpoint: Arc<Endpoint>,
     poller: Mutex<Option<JoinHandle<()>>>,
     connector: Connector,
-    conn: Mutex<Option<Arc<Conn>>>,
+    conn: RwLock<Option<Arc<Conn>>>,
     next_link: AtomicU64,
     config: ClientBuilder,
     counters: Arc<Counters>,
@@ -247,30 +195,41 @@ impl ClientInner {
         Ok(self.endpoint.add_link(link))
     }
 
-    /// The live connection, reconnecting once if the previous one was lost.
+    /// The live connection, reconnecting once if the previous one was lost (outside the
+    /// lock: connecting is I/O).
     fn conn(&self) -> Result<Arc<Conn>, Status> {
-        let mut slot = self.conn.lock();
-        if let Some(c) = slot.as_ref() {
+        if let Some(c) = self.conn.read().as_ref() {
             if !c.is_closed() {
                 return Ok(Arc::clone(c));
             }
         }
-        match self.connect_link() {
-            Ok(c) => {
-                tracing::info!(peer = %c.peer, "reconnected");
-                *slot = Some(Arc::clone(&c));
-                Ok(c)
+        let fresh = self
+            .connect_link()
+            .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
+        let mut slot = self.conn.write();
+        if let Some(c) = slot.as_ref() {
+            if !c.is_closed() {
+                // Another caller reconnected first: use its connection.
+                let existing = Arc::clone(c);
+                drop(slot);
+                self.endpoint
+                    .close_conn(&fresh, "a concurrent reconnect won");
+                return Ok(existing);
             }
-            Err(e) => Err(Status::unavailable(format!("not connected: {e}"))),
         }
+        tracing::info!(peer = %fresh.peer, "reconnected");
+        *slot = Some(Arc::clone(&fresh));
+        Ok(fresh)
     }
 
     fn stop(&self) {
-        if let Some(c) = self.conn.lock().take() {
+        let conn = self.conn.write().take();
+        if let Some(c) = conn {
             self.endpoint.close_conn(&c, "client dropped");
         }
         self.endpoint.stop();
-        if let Some(h) = self.poller.lock().take() {
+        let poller = self.poller.lock().take();
+        if let Some(h) = poller {
             let _ = h.join();
         }
     }
@@ -330,30 +289,18 @@ impl Client {
         let timeout = request.timeout().or(self.inner.config.timeout);
         let deadline = timeout.map(|t| Instant::now() + t);
         let cell = CallCell::new();
-        let len = request.get_ref().encoded_len();
-        let id = {
-            let mut core = conn.lock();
-            if conn.is_closed() {
-                return Err(super::conn::closed_status());
-            }
-            core.start_call(Arc::clone(&cell), len, deadline)
-                .map_err(|(_, status)| status)?
-        };
-        let head = MessageHead {
-            kind: FrameKind::Request,
-            request_id: id,
-            code: method.id,
+        let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
+        conn.submit(Work::Open {
+            cell: Arc::clone(&cell),
+            method: method.id,
             timeout_us: timeout.map_or(0, |t| t.as_micros().clamp(1, u32::MAX as u128) as u32),
-        };
-        if let Err(status) = conn.send(head, request.get_ref()) {
-            conn.core.lock().cancel_call(id);
-            return Err(status);
-        }
+            deadline,
+            frame,
+        });
         Ok(Started {
             endpoint: Arc::clone(&self.inner.endpoint),
             conn,
             cell,
-            id,
             deadline,
         })
     }
@@ -421,7 +368,6 @@ struct Started {
     endpoint: Arc<Endpoint>,
     conn: Arc<Conn>,
     cell: Arc<CallCell>,
-    id: u64,
     deadline: Option<Instant>,
 }
 
@@ -434,17 +380,18 @@ impl Started {
         if let Some(r) = self.cell.wait(self.deadline) {
             return r;
         }
-        // Bound before matching: a guard in the scrutinee would live through the arms, and
-        // the completing thread needs this lock while we wait there (the issue 7 hang).
-        let withdrawn = self.conn.core.lock().cancel_call(self.id);
-        match withdrawn {
-            Some(_) => Err(Status::deadline_exceeded(format!(
+        // The deadline passed: withdraw the call. Whoever owns the connection decides which
+        // came first, this or the reply; either way the outcome lands in the cell.
+        self.conn.submit(Work::Cancel {
+            cell: Arc::clone(&self.cell),
+            status: Status::deadline_exceeded(format!(
                 "{}: no response within the deadline",
                 method.path
-            ))),
-            // The response (or a failure) arrived while the deadline passed.
-            None => self.cell.wait(None).expect("completed"),
-        }
+            )),
+        });
+        self.cell
+            .wait(None)
+            .expect("an outcome always arrives without a deadline")
     }
 }
 
@@ -461,7 +408,7 @@ impl Started {
         let until = Instant::now() + spin;
         let until = self.deadline.map_or(until, |d| d.min(until));
         self.cell.thread_waiting.store(true, Ordering::Release);
-        while !self.cell.ready.load(Ordering::Acquire) {
+        while !self.cell.outcome.is_complete() {
             if self.endpoint.poll_once().is_some_and(|n| n > 0) {
                 continue;
             }
@@ -510,17 +457,10 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let outcome = match &mut this.state {
-            FutureState::Pending(started) => {
-                let mut state = started.cell.state.lock();
-                match std::mem::replace(&mut *state, CallState::Taken) {
-                    CallState::Ready(r) => r,
-                    CallState::Pending(_) => {
-                        *state = CallState::Pending(Some(Waiter::Task(cx.waker().clone())));
-                        return Poll::Pending;
-                    }
-                    CallState::Taken => Err(Status::failed_precondition("response already taken")),
-                }
-            }
+            FutureState::Pending(started) => match started.cell.outcome.poll_take(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => return Poll::Pending,
+            },
             FutureState::Failed(status) => Err(status.take().expect("polled after completion")),
             FutureState::Done => panic!("ResponseFuture polled after completion"),
         };
@@ -532,7 +472,12 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
 impl<Resp> Drop for ResponseFuture<Resp> {
     fn drop(&mut self) {
         if let FutureState::Pending(started) = &self.state {
-            started.conn.core.lock().cancel_call(started.id);
+            if !started.cell.outcome.is_complete() {
+                started.conn.submit(Work::Cancel {
+                    cell: Arc::clone(&started.cell),
+                    status: Status::cancelled("the response future was dropped"),
+                });
+            }
         }
     }
 }

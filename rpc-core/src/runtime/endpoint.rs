@@ -12,38 +12,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use rpc_sync::{Exclusive, Mutex, RwLock};
 
-use super::conn::{Conn, Payload};
+use super::conn::{Conn, Dispatch, Work};
 use super::Counters;
-use crate::protocol::Event;
+use crate::protocol::v2::Role;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
-use crate::Status;
-
-/// How an endpoint hands requests to its services (servers) or refuses them (clients).
-pub(crate) trait Dispatch: Send + Sync + 'static {
-    fn request(
-        &self,
-        conn: &Arc<Conn>,
-        id: u64,
-        method_id: u32,
-        deadline: Option<Instant>,
-        payload: Payload,
-    );
-}
-
-/// Refuses every request: clients do not serve.
-pub(crate) struct NoService;
-
-impl Dispatch for NoService {
-    fn request(&self, conn: &Arc<Conn>, id: u64, _: u32, _: Option<Instant>, payload: Payload) {
-        drop(payload);
-        conn.send_status(
-            id,
-            &Status::unimplemented("this endpoint serves no methods"),
-        );
-    }
-}
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
@@ -59,14 +33,16 @@ pub(crate) struct Endpoint {
     cq: Arc<dyn CompletionQueue>,
     links: RwLock<HashMap<LinkId, Arc<Conn>>>,
     /// Links closed recently: their late completions are dropped, not held.
-    retired: parking_lot::Mutex<HashMap<LinkId, Instant>>,
+    retired: Mutex<HashMap<LinkId, Instant>>,
     /// Whoever holds this polls the completion queue: the poller thread, or a caller that
     /// drives completions itself while it waits (no thread hand-off on the reply path).
-    polling: parking_lot::Mutex<PollState>,
+    /// Try-only: a thread that finds it taken leaves the polling to its owner.
+    polling: Exclusive<PollState>,
     /// 1 while a caller drives completions; the poller thread then stands back.
     drivers: AtomicUsize,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
-    dispatch: Arc<dyn Dispatch>,
+    role: Role,
+    dispatch: Option<Arc<dyn Dispatch>>,
     pub(crate) counters: Arc<Counters>,
     stop: AtomicBool,
     idle_spin: Duration,
@@ -76,7 +52,8 @@ impl Endpoint {
     /// Creates the endpoint and starts its poller thread.
     pub(crate) fn start(
         cq: Arc<dyn CompletionQueue>,
-        dispatch: Arc<dyn Dispatch>,
+        role: Role,
+        dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
         idle_spin: Duration,
         name: &str,
@@ -84,14 +61,15 @@ impl Endpoint {
         let ep = Arc::new(Endpoint {
             cq,
             links: RwLock::new(HashMap::new()),
-            retired: parking_lot::Mutex::new(HashMap::new()),
-            polling: parking_lot::Mutex::new(PollState {
+            retired: Mutex::new(HashMap::new()),
+            polling: Exclusive::new(PollState {
                 orphans: Orphans::default(),
                 batch: Vec::with_capacity(32),
                 last: None,
             }),
             drivers: AtomicUsize::new(0),
             poller_thread: std::sync::OnceLock::new(),
+            role,
             dispatch,
             counters,
             stop: AtomicBool::new(false),
@@ -108,7 +86,12 @@ impl Endpoint {
     }
 
     pub(crate) fn add_link(&self, link: Arc<dyn Link>) -> Arc<Conn> {
-        let conn = Conn::new(link, Arc::clone(&self.counters));
+        let conn = Conn::new(
+            link,
+            self.role,
+            self.dispatch.clone(),
+            Arc::clone(&self.counters),
+        );
         self.links.write().insert(conn.link.id(), Arc::clone(&conn));
         // Completions may have arrived before the link was registered.
         self.cq.wake();
@@ -122,8 +105,8 @@ impl Endpoint {
     /// Tears a connection down and fails its calls.
     pub(crate) fn close_conn(&self, conn: &Arc<Conn>, reason: &str) {
         self.retire(conn.link.id());
-        conn.mark_closed();
-        conn.fail_calls(reason);
+        conn.close();
+        conn.submit(Work::Closed(reason.to_string()));
     }
 
     /// Stops the poller (after the current batch).
@@ -144,17 +127,19 @@ impl Endpoint {
     /// Polls and handles one batch of completions, unless another thread is polling
     /// (`None`). Returns how many completions were handled.
     pub(crate) fn poll_once(&self) -> Option<usize> {
-        let mut state = self.polling.try_lock()?;
-        let mut batch = std::mem::take(&mut state.batch);
-        let n = self.cq.poll(&mut batch, 32);
-        for c in batch.drain(..) {
-            self.route(c, &mut state);
-        }
-        state.batch = batch;
-        if !state.orphans.held.is_empty() {
-            self.adopt_orphans(&mut state.orphans);
-        }
-        Some(n)
+        let mut guard = self.polling.try_lock()?;
+        Some(guard.with(|state| {
+            let mut batch = std::mem::take(&mut state.batch);
+            let n = self.cq.poll(&mut batch, 32);
+            for c in batch.drain(..) {
+                self.route(c, state);
+            }
+            state.batch = batch;
+            if !state.orphans.held.is_empty() {
+                self.adopt_orphans(&mut state.orphans);
+            }
+            n
+        }))
     }
 
     /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
@@ -175,7 +160,6 @@ impl Endpoint {
     fn run(self: Arc<Self>) {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
-        let mut expired = Vec::new();
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             if self.drivers.load(Ordering::Acquire) > 0 {
@@ -183,7 +167,7 @@ impl Endpoint {
                 std::thread::park_timeout(DEADLINE_TICK);
                 let now = Instant::now();
                 if now >= next_tick {
-                    self.expire(now, &mut expired);
+                    self.expire(now);
                     next_tick = now + DEADLINE_TICK;
                 }
                 last_work = now;
@@ -203,9 +187,8 @@ impl Endpoint {
                 last_work = now;
                 worked = false;
             }
-            let mut next_deadline = None;
             if now >= next_tick {
-                next_deadline = self.expire(now, &mut expired);
+                self.expire(now);
                 next_tick = now + DEADLINE_TICK;
             }
             if n > 0 {
@@ -215,35 +198,24 @@ impl Endpoint {
                 std::hint::spin_loop();
                 continue;
             }
-            let sleep = next_deadline
-                .map(|d| d.saturating_duration_since(now).max(DEADLINE_TICK))
-                .unwrap_or(MAX_SLEEP)
-                .min(MAX_SLEEP);
+            // Clients wake every tick for deadlines; servers only when something arrives.
+            let sleep = match self.role {
+                Role::Client => DEADLINE_TICK,
+                Role::Server => MAX_SLEEP,
+            };
             self.cq.wait(Some(sleep));
         }
     }
 
-    /// Fails calls past their deadline; returns the earliest remaining deadline.
-    fn expire(
-        &self,
-        now: Instant,
-        expired: &mut Vec<(u64, Arc<super::client::CallCell>)>,
-    ) -> Option<Instant> {
-        let mut earliest: Option<Instant> = None;
-        for conn in self.links.read().values() {
-            let mut core = conn.core.lock();
-            if core.outstanding_calls() == 0 {
-                continue;
-            }
-            core.expire_calls(now, expired);
-            if let Some(d) = core.next_deadline() {
-                earliest = Some(earliest.map_or(d, |e| e.min(d)));
-            }
+    /// Fails client calls past their deadline (each connection's owner does it).
+    fn expire(&self, now: Instant) {
+        if self.role != Role::Client {
+            return;
         }
-        for (_, cell) in expired.drain(..) {
-            cell.complete(Err(Status::deadline_exceeded("the call's deadline passed")));
+        let conns: Vec<Arc<Conn>> = self.links.read().values().cloned().collect();
+        for conn in conns {
+            conn.submit(Work::Expire(now));
         }
-        earliest
     }
 
     /// Handles a completion, or holds it if its link is not registered yet: a transport may
@@ -304,51 +276,16 @@ impl Endpoint {
     fn handle(&self, completion: Completion, conn: &Arc<Conn>) {
         match completion {
             Completion::Recv { buf, .. } => {
-                if conn.is_closed() {
-                    return;
+                if !conn.is_closed() {
+                    conn.submit(Work::Frame(buf));
                 }
-                self.counters.received(buf.len());
-                let event = conn.lock().on_frame(&buf);
-                match event {
-                    Err(e) => {
-                        tracing::warn!(peer = %conn.peer, error = %e, "protocol violation; disconnecting the peer");
-                        drop(buf);
-                        self.close_conn(conn, &e.to_string());
-                        return;
-                    }
-                    Ok(Event::None) => drop(buf),
-                    Ok(Event::Goodbye) => {
-                        tracing::debug!(peer = %conn.peer, "peer said goodbye");
-                        drop(buf);
-                    }
-                    Ok(Event::Request {
-                        id,
-                        method_id,
-                        timeout,
-                        body,
-                    }) => {
-                        let deadline = timeout.map(|t| Instant::now() + t);
-                        let payload = Payload::new(body, buf, conn);
-                        self.dispatch
-                            .request(conn, id, method_id, deadline, payload);
-                    }
-                    Ok(Event::Reject { id, status }) => {
-                        drop(buf);
-                        tracing::debug!(peer = %conn.peer, %status, "request refused");
-                        conn.send_status(id, &status);
-                    }
-                    Ok(Event::Response { waiter, result, .. }) => {
-                        waiter.complete(result.map(|body| Payload::new(body, buf, conn)));
-                    }
-                }
-                conn.credits_freed();
             }
-            Completion::SendDone { .. } => conn.credits_freed(),
+            Completion::SendDone { .. } => conn.submit(Work::Flush),
             Completion::Closed { link, reason } => {
                 self.retire(link);
                 tracing::info!(peer = %conn.peer, %reason, "connection closed");
-                conn.mark_closed();
-                conn.fail_calls(&reason);
+                conn.close();
+                conn.submit(Work::Closed(reason));
             }
         }
     }

@@ -1,49 +1,74 @@
-//! The handler worker pool: slow handlers run here so they never stall the poller.
+//! The handler worker pool: slow handlers run here so they never stall the poller. Its queue
+//! is bounded: a request that finds it full is answered at once (UNAVAILABLE) instead of
+//! waiting in memory without limit.
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{self, Sender};
+use crossbeam::channel::{self, Receiver, Sender, TrySendError};
+use rpc_sync::Mutex;
 
-type Job = Box<dyn FnOnce() + Send>;
+use super::server::{IncomingRequest, ReplySink};
+use crate::codegen::Service;
+
+/// A request for a handler: queued as a plain value (no box, no allocation per request).
+pub(crate) struct Job {
+    pub(crate) service: Arc<dyn Service>,
+    pub(crate) index: usize,
+    pub(crate) request: IncomingRequest,
+    pub(crate) reply: ReplySink,
+}
 
 pub(crate) struct WorkerPool {
-    jobs: Option<Sender<Job>>,
-    threads: Vec<JoinHandle<()>>,
+    /// `None` asks a worker to stop.
+    jobs: Sender<Option<Job>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl WorkerPool {
-    pub(crate) fn new(size: usize) -> Result<WorkerPool, crate::Error> {
-        let (tx, rx) = channel::unbounded::<Job>();
+    /// `size` workers sharing a queue of at most `max_queued` requests.
+    pub(crate) fn new(size: usize, max_queued: usize) -> Result<WorkerPool, crate::Error> {
+        let (tx, rx) = channel::bounded::<Option<Job>>(max_queued.max(1));
         let mut threads = Vec::with_capacity(size);
         for i in 0..size.max(1) {
-            let rx = rx.clone();
+            let rx: Receiver<Option<Job>> = rx.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
-                        while let Ok(job) = rx.recv() {
-                            job();
+                        while let Ok(Some(job)) = rx.recv() {
+                            super::server::run_handler(
+                                &*job.service,
+                                job.index,
+                                job.request,
+                                job.reply,
+                            );
                         }
                     })?,
             );
         }
         Ok(WorkerPool {
-            jobs: Some(tx),
-            threads,
+            jobs: tx,
+            threads: Mutex::new(threads),
         })
     }
 
-    pub(crate) fn execute(&self, job: Job) {
-        if let Some(jobs) = &self.jobs {
-            // The receivers live as long as the pool, so sending cannot fail before shutdown.
-            let _ = jobs.send(job);
+    /// Queues a job; gives it back if the queue is full (or the pool stopped).
+    pub(crate) fn execute(&self, job: Job) -> Option<Job> {
+        match self.jobs.try_send(Some(job)) {
+            Ok(()) => None,
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => job,
         }
     }
 
     /// Lets queued jobs finish, then joins the workers.
-    pub(crate) fn shutdown(&mut self) {
-        self.jobs.take();
-        for t in self.threads.drain(..) {
+    pub(crate) fn shutdown(&self) {
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for _ in &threads {
+            // Blocking is fine here: workers drain the queue ahead of the stop marks.
+            let _ = self.jobs.send(None);
+        }
+        for t in threads {
             let _ = t.join();
         }
     }

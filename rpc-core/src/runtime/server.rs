@@ -8,17 +8,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Payload};
-use super::endpoint::{Dispatch, Endpoint};
-use super::pool::WorkerPool;
+use super::conn::{Conn, Dispatch, Payload, Work, UNARY};
+use super::endpoint::Endpoint;
+use super::pool::{Job, WorkerPool};
 use super::transport_select::server_transport;
 use super::{Counters, Stats};
 use crate::codegen::{MethodDescriptor, Service};
-use crate::protocol::MessageHead;
+use crate::protocol::v2::{Kind, Role};
 use crate::transport::{Acceptor, RingConfig};
-use crate::{Code, Error, Request, Status, TransportKind};
+use crate::{Error, Request, Status, TransportKind};
 
 /// Where a method's handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,7 @@ struct Route {
 pub struct ServerBuilder {
     ring: RingConfig,
     workers: usize,
+    max_queued: usize,
     idle_spin: Duration,
     services: Vec<(Arc<dyn Service>, Execution)>,
     method_execution: HashMap<String, Execution>,
@@ -51,6 +52,7 @@ impl Default for ServerBuilder {
         ServerBuilder {
             ring: RingConfig::default(),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_queued: 4096,
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             services: Vec::new(),
             method_execution: HashMap::new(),
@@ -68,6 +70,13 @@ impl ServerBuilder {
     /// Number of handler worker threads (default: the number of CPUs).
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
+        self
+    }
+
+    /// Most requests waiting for a worker (default 4,096); a request beyond it is answered
+    /// UNAVAILABLE at once. Bounds the memory a flood of slow requests can take.
+    pub fn max_queued(mut self, max_queued: usize) -> Self {
+        self.max_queued = max_queued.max(1);
         self
     }
 
@@ -150,13 +159,14 @@ impl ServerBuilder {
         let counters = Arc::new(Counters::default());
         let shared = Arc::new(Shared {
             routes,
-            pool: Mutex::new(WorkerPool::new(self.workers)?),
+            pool: WorkerPool::new(self.workers, self.max_queued)?,
             counters: Arc::clone(&counters),
             in_flight: Arc::new(AtomicUsize::new(0)),
         });
         let (endpoint, poller) = Endpoint::start(
             cq,
-            Arc::clone(&shared) as Arc<dyn Dispatch>,
+            Role::Server,
+            Some(Arc::clone(&shared) as Arc<dyn Dispatch>),
             counters,
             self.idle_spin,
             "server",
@@ -197,7 +207,7 @@ fn accept_loop(mut acceptor: Box<dyn Acceptor>, endpoint: Arc<Endpoint>, stop: A
 /// What the poller and the handlers share.
 struct Shared {
     routes: HashMap<u32, Route>,
-    pool: Mutex<WorkerPool>,
+    pool: WorkerPool,
     counters: Arc<Counters>,
     in_flight: Arc<AtomicUsize>,
 }
@@ -212,24 +222,22 @@ impl Dispatch for Shared {
         payload: Payload,
     ) {
         self.counters.call();
+        let refuse = |status: Status| {
+            self.counters.error();
+            conn.submit(Work::Fail { call: id, status });
+        };
         let Some(route) = self.routes.get(&method_id) else {
             drop(payload);
-            self.counters.error();
-            conn.send_status(
-                id,
-                &Status::unimplemented(format!(
-                    "no service on this server has a method with id {method_id:#010x}"
-                )),
-            );
+            refuse(Status::unimplemented(format!(
+                "no service on this server has a method with id {method_id:#010x}"
+            )));
             return;
         };
         if deadline.is_some_and(|d| d <= Instant::now()) {
             drop(payload);
-            self.counters.error();
-            conn.send_status(
-                id,
-                &Status::deadline_exceeded("deadline passed before the handler ran"),
-            );
+            refuse(Status::deadline_exceeded(
+                "deadline passed before the handler ran",
+            ));
             return;
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -250,19 +258,34 @@ impl Dispatch for Shared {
         match route.execution {
             Execution::Inline => run_handler(&*route.service, route.index, request, reply),
             Execution::WorkerPool => {
-                let (service, index) = (Arc::clone(&route.service), route.index);
-                self.pool.lock().execute(Box::new(move || {
-                    run_handler(&*service, index, request, reply)
-                }));
+                let job = Job {
+                    service: Arc::clone(&route.service),
+                    index: route.index,
+                    request,
+                    reply,
+                };
+                if let Some(job) = self.pool.execute(job) {
+                    // The queue is full: answer at once rather than queue without bound.
+                    drop(job.request);
+                    job.reply.fail(Status::unavailable(
+                        "the server is overloaded: its handler queue is full",
+                    ));
+                }
             }
         }
     }
 }
 
-fn run_handler(service: &dyn Service, index: usize, request: IncomingRequest, reply: ReplySink) {
+pub(crate) fn run_handler(
+    service: &dyn Service,
+    index: usize,
+    request: IncomingRequest,
+    reply: ReplySink,
+) {
     let path = request.method.path;
     let _span = tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer)
         .entered();
+    assert_unlocked("calling a handler");
     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
         let what = panic
             .downcast_ref::<&str>()
@@ -327,9 +350,11 @@ impl ReplySink {
             )));
             return;
         }
-        let _ = self
-            .conn
-            .send(MessageHead::response(self.id, Code::Ok), message);
+        let frame = self.conn.encode(Kind::Message, UNARY, message);
+        self.conn.submit(Work::Reply {
+            call: self.id,
+            frame,
+        });
     }
 
     /// Answers with a status.
@@ -340,7 +365,10 @@ impl ReplySink {
 
     fn fail_inner(&self, status: Status) {
         self.counters.error();
-        self.conn.send_status(self.id, &status);
+        self.conn.submit(Work::Fail {
+            call: self.id,
+            status,
+        });
     }
 }
 
@@ -413,7 +441,7 @@ impl Server {
         let _ = acceptor.join();
         if !grace.is_zero() {
             for conn in self.endpoint.conns() {
-                conn.send_goodbye();
+                conn.submit(Work::Goodbye);
             }
         }
         let give_up = Instant::now() + grace;
@@ -425,7 +453,7 @@ impl Server {
         }
         self.endpoint.stop();
         let _ = poller.join();
-        self.shared.pool.lock().shutdown();
+        self.shared.pool.shutdown();
         tracing::info!(addr = %self.local_addr, "server stopped");
     }
 }

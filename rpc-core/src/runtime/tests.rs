@@ -186,6 +186,7 @@ fn tcp_end_to_end() {
             slot_count: 8,
             slot_size: 1024,
             max_message_size: 1 << 20,
+            ..RingConfig::DEFAULT
         },
         Duration::ZERO,
     );
@@ -200,6 +201,7 @@ fn memory_end_to_end_with_callers_driving_completions() {
             slot_count: 4,
             slot_size: 512,
             max_message_size: 1 << 20,
+            ..RingConfig::DEFAULT
         },
         Duration::from_micros(200),
     );
@@ -211,6 +213,7 @@ fn oversized_messages_are_refused_with_resource_exhausted() {
         slot_count: 8,
         slot_size: 1024,
         max_message_size: 10_000,
+        ..RingConfig::DEFAULT
     };
     let server = serve("mem:oversized", ring);
     let client = Client::builder()

@@ -14,7 +14,7 @@ use super::{
     Completion, CompletionQueue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig, SendBuf,
     SendInner,
 };
-use crate::protocol::frame::Hello;
+use crate::protocol::v2::Hello;
 use crate::Error;
 use std::sync::{OnceLock, Weak};
 
@@ -93,8 +93,31 @@ impl Drop for HeapRecv {
 
 /// Free send slots.
 pub(crate) struct HeapSendPool {
-    free: ArrayQueue<Vec<u8>>,
+    free: Arc<ArrayQueue<Vec<u8>>>,
     slot_size: usize,
+}
+
+/// A heap send slot (the heap variant of [`SendBuf`]); back to its pool when dropped, sent
+/// or not.
+pub(crate) struct HeapSend {
+    buf: Vec<u8>,
+    pool: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+impl HeapSend {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Drop for HeapSend {
+    fn drop(&mut self) {
+        let _ = self.pool.push(std::mem::take(&mut self.buf));
+    }
 }
 
 impl HeapSendPool {
@@ -106,30 +129,22 @@ impl HeapSendPool {
                 .expect("pool has room for its slots");
         }
         HeapSendPool {
-            free,
+            free: Arc::new(free),
             slot_size: size as usize,
         }
     }
 
     pub(crate) fn alloc(&self) -> Option<SendBuf> {
-        self.free.pop().map(|v| SendBuf {
-            inner: SendInner::Heap(v),
+        self.free.pop().map(|buf| SendBuf {
+            inner: SendInner::Heap(HeapSend {
+                buf,
+                pool: Arc::clone(&self.free),
+            }),
         })
     }
 
     pub(crate) fn slot_size(&self) -> usize {
         self.slot_size
-    }
-
-    /// Returns a slot to the pool.
-    pub(crate) fn release(&self, buf: SendBuf) {
-        match buf.inner {
-            SendInner::Heap(v) => {
-                let _ = self.free.push(v);
-            }
-            #[cfg(feature = "verbs")]
-            SendInner::Verbs(_) => unreachable!("a verbs slot handed to a heap pool"),
-        }
     }
 }
 
@@ -281,8 +296,9 @@ impl<T: HeapLink> Link for T {
     }
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        // Dropping the buffer afterwards returns it to the pool.
         let result = self.transmit(&buf[..len]);
-        self.parts().send_pool.release(buf);
+        drop(buf);
         if result.is_err() {
             self.shutdown();
         }

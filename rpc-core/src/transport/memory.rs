@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts};
 use super::{Acceptor, Completion, Link, LinkId, RingConfig};
-use crate::protocol::frame::Hello;
+use crate::protocol::v2::Hello;
 use crate::Error;
 
 /// One side of an in-memory link.

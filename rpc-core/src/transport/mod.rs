@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::protocol::frame::Hello;
+use crate::protocol::v2::Hello;
 use crate::Error;
 
 pub mod heap;
@@ -124,7 +124,7 @@ pub struct SendBuf {
 }
 
 pub(crate) enum SendInner {
-    Heap(Vec<u8>),
+    Heap(heap::HeapSend),
     #[cfg(feature = "verbs")]
     Verbs(verbs::VerbsSend),
 }
@@ -133,7 +133,7 @@ impl std::ops::Deref for SendBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.inner {
-            SendInner::Heap(v) => v,
+            SendInner::Heap(h) => h.bytes(),
             #[cfg(feature = "verbs")]
             SendInner::Verbs(v) => v.bytes(),
         }
@@ -143,7 +143,7 @@ impl std::ops::Deref for SendBuf {
 impl std::ops::DerefMut for SendBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         match &mut self.inner {
-            SendInner::Heap(v) => v,
+            SendInner::Heap(h) => h.bytes_mut(),
             #[cfg(feature = "verbs")]
             SendInner::Verbs(v) => v.bytes_mut(),
         }
@@ -159,7 +159,8 @@ pub trait Acceptor: Send + 'static {
     fn local_addr(&self) -> String;
 }
 
-/// Slot ring sizes and the message limit, announced to the peer in the HELLO.
+/// Slot ring sizes and the limits announced to the peer in the HELLO
+/// (`docs/PROTOCOL.md` §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingConfig {
     /// Receive slots posted per connection (also: send slots per connection).
@@ -168,43 +169,50 @@ pub struct RingConfig {
     pub slot_size: u32,
     /// Largest message accepted.
     pub max_message_size: u32,
+    /// Most calls open at once on a connection (a server refuses more; a client opens no
+    /// more).
+    pub max_calls: u32,
+    /// Bytes of messages a call may have in flight towards this side before it returns
+    /// window (per call and direction).
+    pub call_window: u32,
+    /// Largest metadata block (request headers, response headers, trailers) accepted.
+    pub max_metadata_size: u32,
 }
 
 impl Default for RingConfig {
     fn default() -> Self {
-        RingConfig {
-            slot_count: 64,
-            slot_size: 8192,
-            max_message_size: 4 << 20,
-        }
+        Self::DEFAULT
     }
 }
 
 impl RingConfig {
+    /// The defaults: 64 slots of 8 KiB, 4 MiB messages, 128 calls, 64 KiB call windows,
+    /// 8 KiB metadata blocks.
+    pub const DEFAULT: RingConfig = RingConfig {
+        slot_count: 64,
+        slot_size: 8192,
+        max_message_size: 4 << 20,
+        max_calls: 128,
+        call_window: 64 << 10,
+        max_metadata_size: 8 << 10,
+    };
+
     /// The HELLO announcing this configuration.
     pub fn hello(&self) -> Hello {
         Hello {
             slot_count: self.slot_count,
             slot_size: self.slot_size,
             max_message_size: self.max_message_size,
+            max_calls: self.max_calls,
+            call_window: self.call_window,
+            max_metadata_size: self.max_metadata_size,
         }
     }
 
-    /// Checks the values against the protocol's limits.
+    /// Checks the values against the protocol's ranges.
     pub fn validate(&self) -> Result<(), Error> {
-        use crate::protocol::frame::*;
-        if !(MIN_SLOT_COUNT..=MAX_SLOT_COUNT).contains(&self.slot_count) {
-            return Err(Error::InvalidConfig(format!(
-                "slot_count {} is outside {MIN_SLOT_COUNT}..={MAX_SLOT_COUNT}",
-                self.slot_count
-            )));
-        }
-        if !(MIN_SLOT_SIZE..=MAX_SLOT_SIZE).contains(&self.slot_size) {
-            return Err(Error::InvalidConfig(format!(
-                "slot_size {} is outside {MIN_SLOT_SIZE}..={MAX_SLOT_SIZE}",
-                self.slot_size
-            )));
-        }
-        Ok(())
+        self.hello()
+            .validate()
+            .map_err(|e| Error::InvalidConfig(format!("ring configuration: {e}")))
     }
 }

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing};
 use super::{Acceptor, Completion, Link, LinkId, RingConfig};
-use crate::protocol::frame::{FrameKind, Header, Hello, HEADER_LEN, HELLO_LEN};
+use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
 use crate::Error;
 
 /// How long a peer may take to send its HELLO, and a send may block on a peer that does not
@@ -118,13 +118,7 @@ fn establish(
     (&stream)
         .read_exact(&mut frame)
         .map_err(|e| Error::ConnectionClosed(format!("no HELLO from {peer_addr}: {e}")))?;
-    let header = Header::decode(&frame)?;
-    if header.kind != FrameKind::Hello || header.segment_len as usize != HELLO_LEN {
-        return Err(Error::ProtocolViolation(format!(
-            "{peer_addr} did not start with a HELLO frame"
-        )));
-    }
-    let peer = Hello::decode(&frame[HEADER_LEN..])?;
+    let peer = Hello::from_frame(&frame)?;
     stream.set_read_timeout(None)?;
     let link = Arc::new(TcpLink {
         parts: HeapLinkParts::new(id, ring, peer, peer_addr),

@@ -150,6 +150,19 @@ pub enum Payload<P> {
     Bytes(Vec<u8>),
 }
 
+impl<P: std::ops::Deref<Target = [u8]>> Outgoing<P> {
+    /// The same frame with its payload copied out of its send buffer (which is freed).
+    pub fn detached(self) -> Outgoing<P> {
+        let payload = match self.payload {
+            Payload::InBuffer(buf, len) => {
+                Payload::Bytes(buf[HEADER_LEN..HEADER_LEN + len].to_vec())
+            }
+            bytes => bytes,
+        };
+        Outgoing { payload, ..self }
+    }
+}
+
 impl<P> Payload<P> {
     fn len(&self) -> usize {
         match self {
@@ -936,6 +949,14 @@ where
             return Ok(out);
         }
         let call = self.calls.get_mut(&call_id).expect("present");
+        // A queued frame must not hold its send buffer: buffers are few, and one held
+        // while waiting for credits could be the one a CREDIT frame needs to get them.
+        if let Some(q) = call.out.back_mut() {
+            if let Payload::InBuffer(buf, len) = &q.payload {
+                let bytes = buf[HEADER_LEN..HEADER_LEN + len].to_vec();
+                q.payload = Payload::Bytes(bytes);
+            }
+        }
         if !call.in_ready && call.front_ready() {
             call.in_ready = true;
             self.ready.push_back(call_id);

@@ -7,6 +7,9 @@ pub mod frame;
 pub mod metadata;
 mod violation;
 
+#[doc(hidden)]
+pub mod fuzz;
+
 pub use conn::{Connection, Event, Outgoing, Payload, Role, SendError};
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};
 pub use violation::Violation;

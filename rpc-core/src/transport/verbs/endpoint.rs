@@ -28,7 +28,7 @@ use super::link::{LinkInner, LinkParts, VerbsLink};
 use super::mr::Region;
 use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
-use crate::protocol::frame::{Hello, HELLO_LEN};
+use crate::protocol::v2::{Hello, HELLO_LEN};
 use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig};
 use crate::Error;
 

@@ -31,7 +31,7 @@ use super::cq::{CqShared, CqeReservation};
 use super::events::CmDispatcher;
 use super::mr::Region;
 use super::qp::{Qp, QpAttributes};
-use crate::protocol::frame::Hello;
+use crate::protocol::v2::Hello;
 use crate::transport::{Link, LinkId, SendBuf, SendInner};
 use crate::Error;
 

@@ -45,6 +45,7 @@ fn ring(slot_count: u32, slot_size: u32) -> RingConfig {
         slot_count,
         slot_size,
         max_message_size: 1 << 20,
+        ..RingConfig::DEFAULT
     }
 }
 
