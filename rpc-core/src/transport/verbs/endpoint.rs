@@ -289,7 +289,7 @@ impl VerbsEndpoint {
     /// [`VerbsEndpoint::connect_retries`]. Final at once: a REJECTED that is the server's
     /// answer ([`std::io::ErrorKind::ConnectionRefused`]: nothing listens there, or it refused
     /// our HELLO), an invalid HELLO, and local errors (no device, memory registration).
-    /// A `timeout` that leaves room for several attempts rides
+    /// A `timeout` that leaves room for several attempts (20 s, the client's default) rides
     /// out a few seconds of loss.
     pub fn connect(
         &self,
