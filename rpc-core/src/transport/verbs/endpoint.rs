@@ -14,7 +14,7 @@
 //! [`HANDSHAKE_TIMEOUT`] are dropped).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -36,8 +36,6 @@ use crate::Error;
 
 /// How long an accepted connection may take from CONNECT_REQUEST to ESTABLISHED.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long [`verbs_device_for`] waits for a remote address to resolve.
-const RESOLVE_PROBE: Duration = Duration::from_secs(2);
 /// How long the first connection attempt may take before `connect` gives up on it and starts
 /// over with a fresh cm id; each further attempt may take twice as long as the one before.
 /// Shorter than the kernel CM's retransmission of a lost connect request (about 6 s on
@@ -51,8 +49,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const BACKLOG: i32 = 128;
 
 /// Which RDMA device serves `addr`: `Some(device name)` if the address is local to an RDMA
-/// device (bind) or reachable through one (address resolution), `None` if there is no RDMA
-/// device, or none for that address. The wildcard address gives the first device.
+/// device, or if the route to it leaves through one (the source address the kernel's routing
+/// picks for it belongs to an RDMA device); `None` if there is no RDMA device, or none for that
+/// address. The wildcard address gives the first device.
+///
+/// No packet is sent: the route is looked up by `connect(2)` on a UDP socket. (Address
+/// resolution, which needs ARP, could fail on one lost packet and make a reachable RDMA peer
+/// look like one without RDMA; [`VerbsEndpoint::connect`] does it, with retries.)
 pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
     let unavailable = |e: &Error| matches!(e, Error::TransportUnavailable { .. });
     if addr.ip().is_unspecified() {
@@ -71,48 +74,71 @@ pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
         Err(e) if unavailable(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let id = CmId::new(&channel)?;
-    let mut local = *addr;
-    local.set_port(0);
-    match id.bind(local) {
+    match local_device(&channel, addr.ip())? {
+        Bound::Device(name) => return Ok(Some(name)),
+        Bound::NoDevice => return Ok(None),
+        Bound::NotLocal => {}
+    }
+    // Not a local address: which local address would the route to it leave from?
+    let source = match route_source(addr) {
+        Ok(source) => source,
+        Err(e) => {
+            tracing::debug!(%addr, error = %e, "verbs: no route to the address");
+            return Ok(None);
+        }
+    };
+    match local_device(&channel, source) {
+        Ok(Bound::Device(name)) => Ok(Some(name)),
+        Ok(_) => Ok(None),
+        Err(e) => {
+            tracing::debug!(%addr, %source, error = %e, "verbs: the route's source address does not bind");
+            Ok(None)
+        }
+    }
+}
+
+/// What binding a cm id to a local address found.
+enum Bound {
+    /// The address is local and an RDMA device serves it (its name).
+    Device(String),
+    /// The address is local, but no RDMA device serves it.
+    NoDevice,
+    /// The address is not local.
+    NotLocal,
+}
+
+fn local_device(channel: &Arc<EventChannel>, ip: IpAddr) -> Result<Bound, Error> {
+    let id = CmId::new(channel)?;
+    match id.bind(SocketAddr::new(ip, 0)) {
         Ok(()) => {
             let ctx = id.verbs();
             if ctx.is_null() {
-                return Ok(None);
+                return Ok(Bound::NoDevice);
             }
             // SAFETY: the bound id keeps its device context open.
-            return Ok(Some(unsafe { context_name(ctx) }));
+            Ok(Bound::Device(unsafe { context_name(ctx) }))
         }
-        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
-        Err(e) if sys::is_no_device(&e) => return Ok(None),
-        Err(e) => return Err(sys::os_error("rdma_bind_addr", e)),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(Bound::NotLocal),
+        Err(e) if sys::is_no_device(&e) => Ok(Bound::NoDevice),
+        Err(e) => Err(sys::os_error("rdma_bind_addr", e)),
     }
-    // Not a local address: is it reachable through an RDMA device?
-    drop(id);
-    let id = CmId::new(&channel)?;
-    let deadline = Instant::now() + RESOLVE_PROBE;
-    if let Err(e) = id.resolve_addr(*addr, timeout_ms(RESOLVE_PROBE)) {
-        tracing::debug!(%addr, error = %e, "verbs: address does not resolve");
-        return Ok(None);
+}
+
+/// The source address the kernel would use to send to `addr` (a route lookup; no packet).
+fn route_source(addr: &SocketAddr) -> std::io::Result<IpAddr> {
+    let any: SocketAddr = if addr.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(any)?;
+    // The port plays no part in the route; connect(2) refuses port 0 on some systems.
+    let mut dst = *addr;
+    if dst.port() == 0 {
+        dst.set_port(9);
     }
-    match channel.get_until(deadline)? {
-        Some(ev) if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED => {
-            let ctx = id.verbs();
-            if ctx.is_null() {
-                return Ok(None);
-            }
-            // SAFETY: the resolved id keeps its device context open.
-            Ok(Some(unsafe { context_name(ctx) }))
-        }
-        Some(ev) => {
-            tracing::debug!(%addr, event = %ev.describe(), "verbs: address does not resolve");
-            Ok(None)
-        }
-        None => {
-            tracing::debug!(%addr, "verbs: address resolution timed out");
-            Ok(None)
-        }
-    }
+    socket.connect(dst)?;
+    Ok(socket.local_addr()?.ip())
 }
 
 /// What the endpoint, its acceptors and its links share.
