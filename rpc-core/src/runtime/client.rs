@@ -77,6 +77,19 @@ impl CallCell {
 
 // ----- the client --------------------------------------------------------------------
 
+/// How long connecting may take unless [`ClientBuilder::connect_timeout`] says otherwise: 20 s.
+///
+/// Long enough to ride out a few seconds of packet loss during connection set-up. Over verbs a
+/// lost connect request is retransmitted by the kernel CM only after its response timeout
+/// (about 6 s on Soft-RoCE: rdma_cm's CM response timeout of about 4 s plus twice the packet
+/// life time), and ARP gives up after 3 s; the verbs transport therefore starts an attempt
+/// over after 2 s, 4 s, 8 s, ... (`VerbsEndpoint::connect`), and 20 s leaves room for three
+/// such retries, and for kernel retransmissions within the longer attempts. The former 5 s
+/// failed after a single lost connect request. Over TCP, 20 s covers the SYN retransmissions
+/// at 1, 3, 7 and 15 s. A server that refuses (nothing listening, a rejected HELLO) fails
+/// the connect at once; only an unreachable one takes the whole timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Configures and connects a [`Client`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
@@ -93,7 +106,7 @@ impl Default for ClientBuilder {
         ClientBuilder {
             transport: TransportKind::Auto,
             timeout: None,
-            connect_timeout: Duration::from_secs(5),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             ring: RingConfig::default(),
             spin: super::micros_from_env("RPC_SPIN_US", 0),
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
@@ -114,7 +127,8 @@ impl ClientBuilder {
         self
     }
 
-    /// How long connecting may take.
+    /// How long connecting (and each reconnect) may take, retries included (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`], 20 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -274,7 +288,10 @@ impl Client {
 
     /// The client's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        Stats {
+            connect_retries: self.inner.connector.connect_retries(),
+            ..self.inner.counters.snapshot()
+        }
     }
 
     /// Starts a unary call; returns the call's cell and id, or the status it failed with.

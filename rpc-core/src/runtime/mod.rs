@@ -51,6 +51,7 @@ impl Counters {
             errors: self.errors.load(Ordering::Relaxed),
             bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
             bytes_received: self.bytes_received.load(Ordering::Relaxed),
+            connect_retries: 0,
         }
     }
 }
@@ -66,6 +67,11 @@ pub struct Stats {
     pub bytes_sent: u64,
     /// Frame bytes received, headers included.
     pub bytes_received: u64,
+    /// Client only: connection attempts its transport started over while connecting and
+    /// reconnecting, because set-up packets were lost or a step timed out (verbs: see
+    /// `VerbsEndpoint::connect`). Always 0
+    /// for servers and for the TCP and in-process transports, which do not retry.
+    pub connect_retries: u64,
 }
 
 #[cfg(test)]

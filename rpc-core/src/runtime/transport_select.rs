@@ -101,6 +101,15 @@ impl Connector {
         }
     }
 
+    /// Connection attempts started over so far (see [`crate::Stats::connect_retries`]).
+    pub(crate) fn connect_retries(&self) -> u64 {
+        match self {
+            Connector::Tcp(..) | Connector::Memory(..) => 0,
+            #[cfg(feature = "verbs")]
+            Connector::Verbs(ep, _) => ep.connect_retries(),
+        }
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Connector::Tcp(..) => "tcp",

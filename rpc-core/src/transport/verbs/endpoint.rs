@@ -4,7 +4,9 @@
 //! **Client.** `connect` uses a private event channel: resolve address, resolve route, create
 //! the link (QP, rings, every receive posted), `rdma_connect` with the HELLO as private data,
 //! and wait for ESTABLISHED, whose private data is the server's HELLO. The id then moves to the
-//! endpoint's link channel (see the events module).
+//! endpoint's link channel (see the events module). An attempt that loss made fail or stall
+//! is abandoned and made again on a fresh channel and id until the connect timeout passes
+//! ([`VerbsEndpoint::connect`]).
 //!
 //! **Server.** `listen` binds and listens on its own channel. `accept` reads it: a
 //! CONNECT_REQUEST carries the client's HELLO; the link is built, `rdma_accept` answers with the
@@ -12,7 +14,7 @@
 //! [`HANDSHAKE_TIMEOUT`] are dropped).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -34,14 +36,26 @@ use crate::Error;
 
 /// How long an accepted connection may take from CONNECT_REQUEST to ESTABLISHED.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long [`verbs_device_for`] waits for a remote address to resolve.
-const RESOLVE_PROBE: Duration = Duration::from_secs(2);
+/// How long the first connection attempt may take before `connect` gives up on it and starts
+/// over with a fresh cm id; each further attempt may take twice as long as the one before.
+/// Shorter than the kernel CM's retransmission of a lost connect request (about 6 s on
+/// Soft-RoCE), longer than a loaded server needs to answer one (tens of ms).
+const FIRST_ATTEMPT: Duration = Duration::from_secs(2);
+/// The pause before the first retry of a connection attempt; it doubles per retry.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest pause between two connection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Listen backlog.
 const BACKLOG: i32 = 128;
 
 /// Which RDMA device serves `addr`: `Some(device name)` if the address is local to an RDMA
-/// device (bind) or reachable through one (address resolution), `None` if there is no RDMA
-/// device, or none for that address. The wildcard address gives the first device.
+/// device, or if the route to it leaves through one (the source address the kernel's routing
+/// picks for it belongs to an RDMA device); `None` if there is no RDMA device, or none for that
+/// address. The wildcard address gives the first device.
+///
+/// No packet is sent: the route is looked up by `connect(2)` on a UDP socket. (Address
+/// resolution, which needs ARP, could fail on one lost packet and make a reachable RDMA peer
+/// look like one without RDMA; [`VerbsEndpoint::connect`] does it, with retries.)
 pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
     let unavailable = |e: &Error| matches!(e, Error::TransportUnavailable { .. });
     if addr.ip().is_unspecified() {
@@ -60,48 +74,71 @@ pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
         Err(e) if unavailable(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let id = CmId::new(&channel)?;
-    let mut local = *addr;
-    local.set_port(0);
-    match id.bind(local) {
+    match local_device(&channel, addr.ip())? {
+        Bound::Device(name) => return Ok(Some(name)),
+        Bound::NoDevice => return Ok(None),
+        Bound::NotLocal => {}
+    }
+    // Not a local address: which local address would the route to it leave from?
+    let source = match route_source(addr) {
+        Ok(source) => source,
+        Err(e) => {
+            tracing::debug!(%addr, error = %e, "verbs: no route to the address");
+            return Ok(None);
+        }
+    };
+    match local_device(&channel, source) {
+        Ok(Bound::Device(name)) => Ok(Some(name)),
+        Ok(_) => Ok(None),
+        Err(e) => {
+            tracing::debug!(%addr, %source, error = %e, "verbs: the route's source address does not bind");
+            Ok(None)
+        }
+    }
+}
+
+/// What binding a cm id to a local address found.
+enum Bound {
+    /// The address is local and an RDMA device serves it (its name).
+    Device(String),
+    /// The address is local, but no RDMA device serves it.
+    NoDevice,
+    /// The address is not local.
+    NotLocal,
+}
+
+fn local_device(channel: &Arc<EventChannel>, ip: IpAddr) -> Result<Bound, Error> {
+    let id = CmId::new(channel)?;
+    match id.bind(SocketAddr::new(ip, 0)) {
         Ok(()) => {
             let ctx = id.verbs();
             if ctx.is_null() {
-                return Ok(None);
+                return Ok(Bound::NoDevice);
             }
             // SAFETY: the bound id keeps its device context open.
-            return Ok(Some(unsafe { context_name(ctx) }));
+            Ok(Bound::Device(unsafe { context_name(ctx) }))
         }
-        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
-        Err(e) if sys::is_no_device(&e) => return Ok(None),
-        Err(e) => return Err(sys::os_error("rdma_bind_addr", e)),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(Bound::NotLocal),
+        Err(e) if sys::is_no_device(&e) => Ok(Bound::NoDevice),
+        Err(e) => Err(sys::os_error("rdma_bind_addr", e)),
     }
-    // Not a local address: is it reachable through an RDMA device?
-    drop(id);
-    let id = CmId::new(&channel)?;
-    let deadline = Instant::now() + RESOLVE_PROBE;
-    if let Err(e) = id.resolve_addr(*addr, timeout_ms(RESOLVE_PROBE)) {
-        tracing::debug!(%addr, error = %e, "verbs: address does not resolve");
-        return Ok(None);
+}
+
+/// The source address the kernel would use to send to `addr` (a route lookup; no packet).
+fn route_source(addr: &SocketAddr) -> std::io::Result<IpAddr> {
+    let any: SocketAddr = if addr.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(any)?;
+    // The port plays no part in the route; connect(2) refuses port 0 on some systems.
+    let mut dst = *addr;
+    if dst.port() == 0 {
+        dst.set_port(9);
     }
-    match channel.get_until(deadline)? {
-        Some(ev) if ev.kind == rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED => {
-            let ctx = id.verbs();
-            if ctx.is_null() {
-                return Ok(None);
-            }
-            // SAFETY: the resolved id keeps its device context open.
-            Ok(Some(unsafe { context_name(ctx) }))
-        }
-        Some(ev) => {
-            tracing::debug!(%addr, event = %ev.describe(), "verbs: address does not resolve");
-            Ok(None)
-        }
-        None => {
-            tracing::debug!(%addr, "verbs: address resolution timed out");
-            Ok(None)
-        }
-    }
+    socket.connect(dst)?;
+    Ok(socket.local_addr()?.ip())
 }
 
 /// What the endpoint, its acceptors and its links share.
@@ -180,11 +217,42 @@ fn peer_hello(private_data: &[u8]) -> Result<Hello, Error> {
     Hello::decode(&private_data[..HELLO_LEN])
 }
 
-fn timed_out(what: &str, addr: SocketAddr, after: Duration) -> Error {
-    Error::Io(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("{what} {addr}: timed out after {after:?}"),
-    ))
+/// Why one connection attempt failed.
+enum Attempt {
+    /// Worth another attempt with a fresh cm id: a step did not finish in time, or rdma_cm
+    /// reported an error that lost packets can cause.
+    Retry(String),
+    /// Final: the peer refused, or a local error that another attempt would only repeat.
+    Fatal(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(e: Error) -> Attempt {
+        Attempt::Fatal(e)
+    }
+}
+
+/// How long connection attempt `attempt` (1, 2, ...) may take: [`FIRST_ATTEMPT`], doubled for
+/// each attempt before it.
+fn attempt_budget(attempt: u32) -> Duration {
+    FIRST_ATTEMPT.saturating_mul(1 << attempt.saturating_sub(1).min(10))
+}
+
+/// The pause after failed attempt `attempt`: [`FIRST_BACKOFF`], doubled per attempt before it,
+/// at most [`MAX_BACKOFF`].
+fn retry_backoff(attempt: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1 << attempt.saturating_sub(1).min(10))
+        .min(MAX_BACKOFF)
+}
+
+/// Whether a REJECTED with this status (the IB CM reject reason) asks to try again: 4
+/// (`IB_CM_REJ_TIMEOUT`: the peer's CM timed out waiting for us) and 10
+/// (`IB_CM_REJ_STALE_CONN`: the peer still holds an earlier connection with our QP number).
+/// Every other reason is the peer's answer (8, invalid service id: nothing listens on that
+/// port; 28, consumer defined: the server refused our HELLO) and is final.
+fn retryable_reject(status: i32) -> bool {
+    matches!(status, 4 | 10)
 }
 
 /// One RDMA endpoint (a client or a server): one completion queue for all its links, one
@@ -193,6 +261,7 @@ pub struct VerbsEndpoint {
     core: Core,
     cq: Arc<VerbsCq>,
     acceptors: Mutex<Vec<Weak<AcceptorStop>>>,
+    connect_retries: AtomicU64,
 }
 
 impl VerbsEndpoint {
@@ -211,6 +280,7 @@ impl VerbsEndpoint {
             },
             cq: Arc::new(VerbsCq::new(cq)),
             acceptors: Mutex::new(Vec::new()),
+            connect_retries: AtomicU64::new(0),
         }))
     }
 
@@ -230,6 +300,23 @@ impl VerbsEndpoint {
     /// Connects to a verbs server at `addr`. The link's receives are all posted before the
     /// connection is established; its completions carry `link_id`. Completions may be reported
     /// before this returns (the server may send as soon as it is established).
+    ///
+    /// **Loss.** Each step of the set-up can lose a packet: address resolution sends ARP
+    /// requests (the kernel retries them for about 3 s, then not again until it is asked to
+    /// resolve anew), and the CM's connect request or its answer may be lost (the kernel CM
+    /// retransmits only after its response timeout, about 6 s on Soft-RoCE). So `connect`
+    /// makes attempts, each on a fresh cm id: an attempt that did not get through within its
+    /// time (2 s for the first, twice as long for each next one) or that rdma_cm failed with
+    /// ADDR_ERROR, ROUTE_ERROR, UNREACHABLE, CONNECT_ERROR or a retryable REJECTED is
+    /// abandoned (the CM tells the server if the request got through), and after a short pause
+    /// (100 ms, doubling, at most 1 s) the next one starts, until `timeout` has passed; then
+    /// it fails with [`std::io::ErrorKind::TimedOut`], naming the attempts and the last
+    /// failure. Each retry is logged (`info`) and counted in
+    /// [`VerbsEndpoint::connect_retries`]. Final at once: a REJECTED that is the server's
+    /// answer ([`std::io::ErrorKind::ConnectionRefused`]: nothing listens there, or it refused
+    /// our HELLO), an invalid HELLO, and local errors (no device, memory registration).
+    /// A `timeout` that leaves room for several attempts (20 s, the client's default) rides
+    /// out a few seconds of loss.
     pub fn connect(
         &self,
         addr: SocketAddr,
@@ -251,24 +338,79 @@ impl VerbsEndpoint {
         ring.validate()?;
         let start = Instant::now();
         let deadline = start + timeout;
+        let mut attempt: u32 = 1;
+        loop {
+            let budget = attempt_budget(attempt).min(remaining(deadline));
+            let last = match self.connect_attempt(addr, ring, link_id, Instant::now() + budget) {
+                Ok(link) => {
+                    if attempt > 1 {
+                        tracing::info!(%addr, attempt, elapsed = ?start.elapsed(), "verbs: connected after retrying");
+                    }
+                    return Ok(link);
+                }
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(reason)) => reason,
+            };
+            let backoff = retry_backoff(attempt);
+            if remaining(deadline) <= backoff {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "connecting to {addr}: timed out after {:?} ({attempt} attempt{}; last: \
+                         {last})",
+                        start.elapsed(),
+                        if attempt == 1 { "" } else { "s" }
+                    ),
+                )));
+            }
+            self.connect_retries.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                %addr,
+                attempt,
+                reason = %last,
+                ?backoff,
+                "verbs: connect attempt failed; retrying with a fresh cm id"
+            );
+            std::thread::sleep(backoff);
+            attempt += 1;
+        }
+    }
+
+    /// Connect attempts started over since this endpoint was created, by all `connect` calls
+    /// together: each time a step of a connection attempt (address resolution, route
+    /// resolution, the CM's connect request) failed in a way that loss can cause or did not
+    /// finish within the attempt's time, and `connect` began again with a fresh cm id (see
+    /// [`VerbsEndpoint::connect`]). Zero on a loss-free network.
+    pub fn connect_retries(&self) -> u64 {
+        self.connect_retries.load(Ordering::Relaxed)
+    }
+
+    /// One connection attempt on a fresh event channel and cm id, all of it by `until`.
+    fn connect_attempt(
+        &self,
+        addr: SocketAddr,
+        ring: RingConfig,
+        link_id: LinkId,
+        until: Instant,
+    ) -> Result<Arc<VerbsLink>, Attempt> {
+        let budget = remaining(until);
         let channel = EventChannel::new()?;
         let id = CmId::new(&channel)?;
-        let wait = |what: &str, expected| -> Result<CmEvent, Error> {
-            match channel.get_until(deadline)? {
+        let wait = |step: &str, expected| -> Result<CmEvent, Attempt> {
+            match channel.get_until(until)? {
                 Some(ev) if ev.kind == expected => Ok(ev),
-                Some(ev) => Err(Error::Verbs {
-                    call: "rdma_cm",
-                    reason: format!("{what} of {addr} failed: {}", ev.describe()),
-                }),
-                None => Err(timed_out(what, addr, start.elapsed())),
+                Some(ev) => Err(Attempt::Retry(format!("{step} failed: {}", ev.describe()))),
+                None => Err(Attempt::Retry(format!(
+                    "{step} did not finish within {budget:?}"
+                ))),
             }
         };
-        id.resolve_addr(addr, timeout_ms(remaining(deadline)))?;
+        id.resolve_addr(addr, timeout_ms(remaining(until)))?;
         wait(
             "address resolution",
             rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
         )?;
-        id.resolve_route(timeout_ms(remaining(deadline)))?;
+        id.resolve_route(timeout_ms(remaining(until)))?;
         wait(
             "route resolution",
             rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED,
@@ -280,29 +422,44 @@ impl VerbsEndpoint {
             .build_link(&res, id.clone(), ring, link_id, addr.to_string())?;
         id.connect(&conn_param(&ring))?;
         let ev = loop {
-            let Some(ev) = channel.get_until(deadline)? else {
-                return Err(timed_out("connecting to", addr, start.elapsed()));
+            let Some(ev) = channel.get_until(until)? else {
+                return Err(Attempt::Retry(format!(
+                    "no answer to the connect request within {budget:?}"
+                )));
             };
             match ev.kind {
                 rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED => break ev,
+                rdma_cm_event_type::RDMA_CM_EVENT_REJECTED if retryable_reject(ev.status) => {
+                    return Err(Attempt::Retry(format!(
+                        "connect request rejected: {}",
+                        ev.describe()
+                    )));
+                }
                 rdma_cm_event_type::RDMA_CM_EVENT_REJECTED => {
-                    return Err(Error::Io(std::io::Error::new(
+                    return Err(Attempt::Fatal(Error::Io(std::io::Error::new(
                         std::io::ErrorKind::ConnectionRefused,
                         format!(
                             "RDMA connection to {addr} rejected ({}; nothing listening there, or \
                              the server refused our HELLO)",
                             ev.describe()
                         ),
-                    )));
+                    ))));
                 }
                 rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_RESPONSE => {
                     tracing::debug!("verbs: unexpected CONNECT_RESPONSE (no QP?)");
                 }
+                rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                    return Err(Attempt::Fatal(Error::TransportUnavailable {
+                        transport: "verbs",
+                        reason: format!("the RDMA device was removed while connecting to {addr}"),
+                    }));
+                }
+                // UNREACHABLE (the CM gave up retransmitting), CONNECT_ERROR, ...
                 _ => {
-                    return Err(Error::Verbs {
-                        call: "rdma_connect",
-                        reason: format!("connecting to {addr} failed: {}", ev.describe()),
-                    })
+                    return Err(Attempt::Retry(format!(
+                        "connect request failed: {}",
+                        ev.describe()
+                    )));
                 }
             }
         };
@@ -310,7 +467,7 @@ impl VerbsEndpoint {
             Ok(hello) => hello,
             Err(e) => {
                 link.close_with("invalid HELLO from the server".into());
-                return Err(e);
+                return Err(Attempt::Fatal(e));
             }
         };
         link.set_peer_hello(hello);
