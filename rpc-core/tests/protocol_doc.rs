@@ -1,4 +1,4 @@
-//! Keeps `docs/PROTOCOL-v2.md` honest: its violation table lists exactly [`Violation::ALL`], in
+//! Keeps `docs/PROTOCOL.md` honest: its violation table lists exactly [`Violation::ALL`], in
 //! order, and every hex dump of its worked examples (section 17, each after a line
 //! `<!-- example: NAME -->`) is byte for byte what the encoders build, and, for the calls, what
 //! two [`Connection`]s driven against each other put on the wire.
@@ -13,7 +13,7 @@ use rpc_core::protocol::v2::{
 };
 use rpc_core::{Code, Status};
 
-const DOC: &str = include_str!("../../docs/PROTOCOL-v2.md");
+const DOC: &str = include_str!("../../docs/PROTOCOL.md");
 
 /// The parameters of section 17 (this implementation's defaults).
 const HELLO: Hello = Hello {
