@@ -56,6 +56,7 @@ pub mod transport;
 pub use error::Error;
 pub use request::{IntoRequest, Request};
 pub use runtime::client::{Client, ClientBuilder, ResponseFuture, DEFAULT_CONNECT_TIMEOUT};
+pub use runtime::conn::Keepalive;
 pub use runtime::server::{Execution, IncomingRequest, ReplySink, Server, ServerBuilder};
 pub use runtime::transport_select::TransportKind;
 pub use runtime::Stats;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
-use super::conn::{Conn, Payload, Work, UNARY};
+use super::conn::{Conn, Keepalive, Payload, Work, UNARY};
 use super::endpoint::Endpoint;
 use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
@@ -99,6 +99,7 @@ pub struct ClientBuilder {
     ring: RingConfig,
     spin: Duration,
     idle_spin: Duration,
+    keepalive: Option<Keepalive>,
 }
 
 impl Default for ClientBuilder {
@@ -110,11 +111,20 @@ impl Default for ClientBuilder {
             ring: RingConfig::default(),
             spin: super::micros_from_env("RPC_SPIN_US", 0),
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
+            keepalive: Some(Keepalive::default()),
         }
     }
 }
 
 impl ClientBuilder {
+    /// How the client detects a server that died silently (default: PING after 1 s of
+    /// silence, give up after 4 s more; `None` turns it off). Calls on a dead connection fail
+    /// UNAVAILABLE.
+    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
+        self.keepalive = keepalive;
+        self
+    }
+
     /// Which transport to use (default: [`TransportKind::Auto`]).
     pub fn transport(mut self, transport: TransportKind) -> Self {
         self.transport = transport;
@@ -170,6 +180,7 @@ impl ClientBuilder {
             None,
             Arc::clone(&counters),
             self.idle_spin,
+            self.keepalive,
             "client",
         )?;
         let inner = ClientInner {

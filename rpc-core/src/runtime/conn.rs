@@ -18,6 +18,7 @@ use rpc_sync::{assert_unlocked, Serializer};
 
 use super::client::CallCell;
 use super::Counters;
+
 use crate::protocol::v2::{
     flags, metadata, Connection, Event, Hello, Kind, Outgoing, Payload as Body, Role, SendError,
     HEADER_LEN,
@@ -47,7 +48,34 @@ pub(crate) struct Owned {
     /// (as gRPC queues streams beyond MAX_CONCURRENT_STREAMS). Bounded by what the
     /// application has started and not given up.
     waiting: std::collections::VecDeque<PendingOpen>,
+    /// Frames received so far, and the count at the last keepalive check.
+    frames_received: u64,
+    frames_seen: u64,
+    /// When the last keepalive check saw a new frame (or the connection started).
+    last_alive: Instant,
+    /// A keepalive PING went out since then.
+    pinged: bool,
     closed: bool,
+}
+
+/// How a side finds out that its peer died silently (`docs/PROTOCOL.md` §13): after
+/// `interval` without a frame it sends a PING; after `interval + timeout` it gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Silence before a PING.
+    pub interval: Duration,
+    /// Further silence before the connection is declared dead.
+    pub timeout: Duration,
+}
+
+impl Default for Keepalive {
+    /// 1 s and 4 s: a silent peer is detected within 5 s.
+    fn default() -> Self {
+        Keepalive {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(4),
+        }
+    }
 }
 
 /// A call waiting to be opened.
@@ -79,6 +107,8 @@ pub(crate) enum Work {
     Cancel { cell: Arc<CallCell>, status: Status },
     /// Client: fail the calls whose deadline passed by `now`.
     Expire(Instant),
+    /// Check the peer is alive (PING it, or give up on it).
+    Keepalive(Instant, Keepalive),
     /// Send what credits and send slots now allow (slots re-posted, sends completed).
     Flush,
     /// Server: GOODBYE.
@@ -177,6 +207,10 @@ impl Conn {
                 awaiting_message: HashMap::new(),
                 deadlines: BinaryHeap::new(),
                 waiting: std::collections::VecDeque::new(),
+                frames_received: 0,
+                frames_seen: 0,
+                last_alive: Instant::now(),
+                pinged: false,
                 closed: false,
             }),
             dispatch,
@@ -333,6 +367,7 @@ impl Conn {
                 }
             }
             Work::Expire(now) => expire(owned, now),
+            Work::Keepalive(now, keepalive) => self.keepalive(owned, now, keepalive),
             Work::Flush => None,
             Work::Goodbye => {
                 owned.core.goodbye();
@@ -436,7 +471,31 @@ impl Conn {
         }
     }
 
+    /// Any frame shows the peer alive; silence past the interval gets a PING, past the
+    /// timeout closes the connection.
+    fn keepalive(&self, owned: &mut Owned, now: Instant, keepalive: Keepalive) -> Option<Delivery> {
+        if owned.frames_received != owned.frames_seen {
+            owned.frames_seen = owned.frames_received;
+            owned.last_alive = now;
+            owned.pinged = false;
+            return None;
+        }
+        let silent = now.saturating_duration_since(owned.last_alive);
+        if silent >= keepalive.interval + keepalive.timeout {
+            tracing::warn!(peer = %self.peer, ?silent, "keepalive: the peer went silent; closing");
+            self.close();
+            let reason = format!("keepalive: no frame from the peer for {silent:?}");
+            return Some(self.fail_all(owned, &reason));
+        }
+        if silent >= keepalive.interval && !owned.pinged {
+            owned.pinged = true;
+            owned.core.ping(owned.frames_received);
+        }
+        None
+    }
+
     fn on_frame(&self, owned: &mut Owned, buf: RecvBuf) -> Option<Delivery> {
+        owned.frames_received += 1;
         self.counters.received(buf.len());
         let event = match owned.core.on_frame(&buf) {
             Ok(event) => event,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{Exclusive, Mutex, RwLock};
 
-use super::conn::{Conn, Dispatch, Work};
+use super::conn::{Conn, Dispatch, Keepalive, Work};
 use super::Counters;
 use crate::protocol::v2::Role;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
@@ -46,6 +46,7 @@ pub(crate) struct Endpoint {
     pub(crate) counters: Arc<Counters>,
     stop: AtomicBool,
     idle_spin: Duration,
+    keepalive: Option<Keepalive>,
 }
 
 impl Endpoint {
@@ -56,6 +57,7 @@ impl Endpoint {
         dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
         idle_spin: Duration,
+        keepalive: Option<Keepalive>,
         name: &str,
     ) -> Result<(Arc<Endpoint>, JoinHandle<()>), crate::Error> {
         let ep = Arc::new(Endpoint {
@@ -74,6 +76,7 @@ impl Endpoint {
             counters,
             stop: AtomicBool::new(false),
             idle_spin,
+            keepalive,
         });
         let runner = Arc::clone(&ep);
         let handle = std::thread::Builder::new()
@@ -160,6 +163,10 @@ impl Endpoint {
     fn run(self: Arc<Self>) {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
+        let keepalive_tick = self
+            .keepalive
+            .map(|k| (k.interval / 4).max(Duration::from_millis(10)));
+        let mut next_keepalive = keepalive_tick.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             if self.drivers.load(Ordering::Acquire) > 0 {
@@ -191,6 +198,16 @@ impl Endpoint {
                 self.expire(now);
                 next_tick = now + DEADLINE_TICK;
             }
+            if let (Some(at), Some(keepalive), Some(tick)) =
+                (next_keepalive, self.keepalive, keepalive_tick)
+            {
+                if now >= at {
+                    for conn in self.conns() {
+                        conn.submit(Work::Keepalive(now, keepalive));
+                    }
+                    next_keepalive = Some(now + tick);
+                }
+            }
             if n > 0 {
                 continue;
             }
@@ -201,7 +218,7 @@ impl Endpoint {
             // Clients wake every tick for deadlines; servers only when something arrives.
             let sleep = match self.role {
                 Role::Client => DEADLINE_TICK,
-                Role::Server => MAX_SLEEP,
+                Role::Server => keepalive_tick.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
             };
             self.cq.wait(Some(sleep));
         }

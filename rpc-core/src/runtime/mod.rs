@@ -3,7 +3,7 @@
 //! the waiting calls.
 
 pub mod client;
-pub(crate) mod conn;
+pub mod conn;
 pub(crate) mod endpoint;
 pub(crate) mod pool;
 pub mod server;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Dispatch, Payload, Work, UNARY};
+use super::conn::{Conn, Dispatch, Keepalive, Payload, Work, UNARY};
 use super::endpoint::Endpoint;
 use super::pool::{Job, WorkerPool};
 use super::transport_select::server_transport;
@@ -43,6 +43,7 @@ pub struct ServerBuilder {
     workers: usize,
     max_queued: usize,
     idle_spin: Duration,
+    keepalive: Option<Keepalive>,
     services: Vec<(Arc<dyn Service>, Execution)>,
     method_execution: HashMap<String, Execution>,
 }
@@ -54,6 +55,7 @@ impl Default for ServerBuilder {
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_queued: 4096,
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
+            keepalive: Some(Keepalive::default()),
             services: Vec::new(),
             method_execution: HashMap::new(),
         }
@@ -84,6 +86,13 @@ impl ServerBuilder {
     /// 1 ms, or `RPC_IDLE_SPIN_US`: under load it never sleeps, while idle it costs no CPU).
     pub fn idle_spin(mut self, idle_spin: Duration) -> Self {
         self.idle_spin = idle_spin;
+        self
+    }
+
+    /// How the server detects a client that died silently (default: PING after 1 s of
+    /// silence, give up after 4 s more; `None` turns it off).
+    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
+        self.keepalive = keepalive;
         self
     }
 
@@ -169,6 +178,7 @@ impl ServerBuilder {
             Some(Arc::clone(&shared) as Arc<dyn Dispatch>),
             counters,
             self.idle_spin,
+            self.keepalive,
             "server",
         )?;
         let local_addr = acceptor.local_addr();

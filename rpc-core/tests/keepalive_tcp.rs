@@ -1,0 +1,155 @@
+//! Keepalive over TCP: a peer that goes silent without closing its socket is detected on both
+//! sides and its calls fail UNAVAILABLE; a healthy idle connection is kept. Short keepalive
+//! settings keep the test fast; a watchdog fails it instead of hanging.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use rpc_core::codegen::{
+    self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
+};
+use rpc_core::protocol::v2::HELLO_LEN;
+use rpc_core::protocol::{Hello, HEADER_LEN};
+use rpc_core::{Client, Code, Keepalive, Request, RingConfig, Server, TransportKind};
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Blob {
+    #[prost(bytes = "vec", tag = "1")]
+    data: Vec<u8>,
+}
+
+static METHODS: [MethodDescriptor; 1] = [MethodDescriptor::new(
+    "k.Echo",
+    "Echo",
+    "/k.Echo/Echo",
+    MethodKind::Unary,
+)];
+static SERVICE: ServiceDescriptor = ServiceDescriptor {
+    name: "k.Echo",
+    methods: &METHODS,
+};
+
+struct EchoService;
+
+impl Service for EchoService {
+    fn descriptor(&self) -> &'static ServiceDescriptor {
+        &SERVICE
+    }
+    fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
+        codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
+    }
+}
+
+const FAST: Keepalive = Keepalive {
+    interval: Duration::from_millis(200),
+    timeout: Duration::from_millis(800),
+};
+
+/// Fails the test (exits the process) if `f` does not return within `limit`.
+fn with_watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit).is_err() {
+            eprintln!("watchdog: the test did not finish within {limit:?}");
+            std::process::exit(101);
+        }
+    });
+    let out = f();
+    let _ = tx.send(());
+    out
+}
+
+fn server() -> Server {
+    Server::builder()
+        .keepalive(Some(FAST))
+        .add_service(EchoService)
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .unwrap()
+}
+
+fn raw_hello(stream: &mut TcpStream) {
+    stream
+        .write_all(&RingConfig::DEFAULT.hello().to_frame())
+        .unwrap();
+    let mut theirs = [0u8; HEADER_LEN + HELLO_LEN];
+    stream.read_exact(&mut theirs).unwrap();
+    Hello::from_frame(&theirs).unwrap();
+}
+
+#[test]
+fn a_silent_client_is_disconnected_by_the_server() {
+    with_watchdog(Duration::from_secs(30), || {
+        let server = server();
+        let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+        raw_hello(&mut raw);
+        // Silent from now on: never answers the server's PINGs, never closes.
+        raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 1024];
+        let eof = loop {
+            match raw.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue, // PINGs
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+                Err(_) => break false,
+            }
+        };
+        assert!(
+            eof,
+            "the server kept a silent peer for {:?}",
+            started.elapsed()
+        );
+        server.shutdown();
+    });
+}
+
+#[test]
+fn calls_to_a_silent_server_fail_unavailable() {
+    with_watchdog(Duration::from_secs(30), || {
+        // A "server" that completes the handshake, then neither reads nor writes.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let silent = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            raw_hello(&mut stream);
+            // Longer than the client needs to give up (about 1 s), shorter than the watchdog.
+            std::thread::sleep(Duration::from_secs(4));
+            drop(stream);
+        });
+        let client = Client::builder()
+            .transport(TransportKind::Tcp)
+            .keepalive(Some(FAST))
+            .connect(&addr)
+            .unwrap();
+        let result = client.unary::<Blob, Blob>(&METHODS[0], Request::new(Blob::default()));
+        let status = result.expect_err("nobody answers");
+        assert_eq!(status.code(), Code::Unavailable, "{status}");
+        assert!(status.message().contains("keepalive"), "{status}");
+        drop(client);
+        silent.join().unwrap();
+    });
+}
+
+#[test]
+fn a_healthy_idle_connection_is_kept() {
+    with_watchdog(Duration::from_secs(30), || {
+        let server = server();
+        let client = Client::builder()
+            .transport(TransportKind::Tcp)
+            .keepalive(Some(FAST))
+            .connect(server.local_addr())
+            .unwrap();
+        let blob = Blob {
+            data: b"still here".to_vec(),
+        };
+        let call = || client.unary::<Blob, Blob>(&METHODS[0], Request::new(blob.clone()));
+        assert_eq!(call().unwrap(), blob);
+        // Idle for three times what it takes to declare a peer dead.
+        std::thread::sleep(3 * (FAST.interval + FAST.timeout));
+        assert_eq!(server.connections(), 1, "the idle connection was kept");
+        assert_eq!(call().unwrap(), blob);
+        assert_eq!(server.connections(), 1, "no reconnect was needed");
+        server.shutdown();
+    });
+}
