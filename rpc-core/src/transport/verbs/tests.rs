@@ -517,14 +517,20 @@ fn verbs_link_dropped_without_close_tells_the_peer() {
 fn verbs_rnr_is_an_error_not_a_stall() {
     let _serial = SERIAL.lock();
     let Some((ip, _)) = device() else { return };
-    // The server posts 2 receive slots and holds both frames: the client's third SEND has no
-    // receive to land in. With rnr_retry 0 that must fail at once instead of being retried.
-    let mut p = pair(ip, ring(2, 128), ring(4, 128));
+    // The server posts 3 receive slots (the protocol's minimum) and holds all three frames:
+    // the client's fourth SEND has no receive to land in. With rnr_retry 0 that must fail at
+    // once instead of being retried.
+    let mut p = pair(ip, ring(3, 128), ring(4, 128));
     send(&p.client, b"one");
     send(&p.client, b"two");
-    let held = [p.server_cq.recv().1, p.server_cq.recv().1];
+    send(&p.client, b"three");
+    let held = [
+        p.server_cq.recv().1,
+        p.server_cq.recv().1,
+        p.server_cq.recv().1,
+    ];
     let start = Instant::now();
-    send(&p.client, b"three: no credit for this one");
+    send(&p.client, b"four: no credit for this one");
     let (_, reason) = p.client_cq.closed();
     eprintln!("client closed after {:?}: {reason}", start.elapsed());
     assert!(reason.contains("RNR"), "{reason}");
