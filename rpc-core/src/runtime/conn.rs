@@ -40,8 +40,8 @@ type Core = Connection<CallRef, SendBuf>;
 pub(crate) struct Owned {
     core: Core,
     /// Server: calls opened by request headers whose message has not arrived, with their
-    /// method, timeout and when they opened.
-    awaiting_message: HashMap<u64, (u32, u32, Instant)>,
+    /// method and deadline.
+    awaiting_message: HashMap<u64, (u32, Option<Instant>)>,
     /// Client: call deadlines, earliest first (stale entries are skipped when popped).
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
@@ -529,15 +529,15 @@ impl Conn {
                         })
                     }
                     Role::Server => {
-                        let (method, timeout_us, opened_at) = match opened {
-                            Some((m, t)) => (m, t, Instant::now()),
+                        let (method, deadline) = match opened {
+                            Some((m, t)) => (m, deadline_of(t)),
                             None => owned.awaiting_message.remove(&call)?,
                         };
                         owned.core.set_user(call, CallRef::Served);
                         Some(Delivery::Request {
                             call,
                             method,
-                            deadline: deadline_of(opened_at, timeout_us),
+                            deadline,
                             payload: body.into_payload(buf, self),
                         })
                     }
@@ -551,7 +551,7 @@ impl Conn {
             } => {
                 owned
                     .awaiting_message
-                    .insert(call, (method, timeout_us, Instant::now()));
+                    .insert(call, (method, deadline_of(timeout_us)));
                 None
             }
             Event::HalfClosed { call } => {
@@ -718,8 +718,9 @@ fn expire(owned: &mut Owned, now: Instant) -> Option<Delivery> {
     (!failed.is_empty()).then_some(Delivery::FailMany(failed))
 }
 
-fn deadline_of(opened: Instant, timeout_us: u32) -> Option<Instant> {
-    (timeout_us != 0).then(|| opened + Duration::from_micros(u64::from(timeout_us)))
+/// A server call's deadline: the caller's timeout from now (the opening frame's receipt).
+fn deadline_of(timeout_us: u32) -> Option<Instant> {
+    (timeout_us != 0).then(|| Instant::now() + Duration::from_micros(u64::from(timeout_us)))
 }
 
 /// The status of a server's END: its code, `grpc-message` and `grpc-status-details-bin`.

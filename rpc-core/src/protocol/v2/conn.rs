@@ -919,34 +919,47 @@ where
             timeout_us: timeout,
             message_len: len as u32,
             segment_offset: 0,
-            segment_len: 0,
+            segment_len: len as u32,
         };
+        let server_done = role == Role::Server && ends;
+        // The fast path: nothing of this call or of others is waiting, window and credits
+        // allow, and the payload is already in its buffer: the frame goes now, unqueued.
+        let direct = call.out.is_empty()
+            && (frame.kind != Kind::Message || call.send_window > 0)
+            && self.ready.is_empty()
+            && self.send_credits >= 2
+            && matches!(frame.payload, Payload::InBuffer(..));
+        if direct {
+            if frame.kind == Kind::Message {
+                call.send_window -= window_cost(header.message_len);
+            }
+            call.on_wire = true;
+            let Payload::InBuffer(mut buf, len) = frame.payload else {
+                unreachable!("checked above")
+            };
+            if server_done {
+                // Counted no more from now: the client counts it until our END reaches it.
+                self.counted_calls -= 1;
+                self.calls.remove(&call_id);
+            }
+            self.send_credits -= 1;
+            let header = Header {
+                credits: self.take_owed(),
+                ..header
+            };
+            header.encode(&mut buf);
+            return Ok(Some((buf, HEADER_LEN + len)));
+        }
         call.out.push_back(Queued {
             header,
             payload: frame.payload,
             sent: 0,
         });
-        let server_done = role == Role::Server && ends;
-        // The fast path: nothing of this call or of others is waiting, window and credits
-        // allow, and the payload is already in its buffer.
-        let direct = call.out.len() == 1
-            && call.front_ready()
-            && self.ready.is_empty()
-            && self.send_credits >= 2
-            && matches!(
-                call.out.front().map(|q| &q.payload),
-                Some(Payload::InBuffer(..))
-            );
         if server_done {
-            // Counted no more from now: the client counts it until our END reaches it.
             self.counted_calls -= 1;
             let call = self.calls.get_mut(&call_id).expect("present");
             call.state = State::Closing;
             call.partial = None;
-        }
-        if direct {
-            let out = self.emit_call_frame(call_id, &mut || None);
-            return Ok(out);
         }
         let call = self.calls.get_mut(&call_id).expect("present");
         // A queued frame must not hold its send buffer: buffers are few, and one held
