@@ -103,6 +103,12 @@ pub struct InprocArgs {
     pub calls: u64,
     /// Payload size in bytes.
     pub size: usize,
+    /// Calls before the counted window (allocations, wake-ups).
+    pub warmup: u64,
+    /// The handler runs on the worker pool instead of inline on the poller.
+    pub pool: bool,
+    /// Keep the default spin settings (for counting wake-ups) instead of none (for callgrind).
+    pub default_spin: bool,
 }
 
 /// A parsed command line.
@@ -136,7 +142,7 @@ usage:
   rpc-bench load   --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
                    --size N --outstanding N --count N [--warmup N]
   rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
-  rpc-bench inproc --calls N [--size 64]
+  rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
 
 `rpc-bench COMMAND --help` describes each command.
 ";
@@ -184,7 +190,7 @@ where the percentage is CPU seconds / wall seconds x 100.
 ";
 
 const INPROC_USAGE: &str = "\
-usage: rpc-bench inproc --calls N [--size 64]
+usage: rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
 
 In one process: an `ours` echo server on mem:bench (the in-process transport), handler
 inline, and a client making N blocking calls of --size bytes. Both pollers sleep as soon as
@@ -409,12 +415,21 @@ fn parse_idle(args: &[String]) -> Result<Command, Failure> {
 }
 
 fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
-    let opts = Options::parse(args, &["calls", "size"])?;
+    let (flags, rest): (Vec<String>, Vec<String>) = args
+        .iter()
+        .cloned()
+        .partition(|a| a == "--pool" || a == "--default-spin");
+    let opts = Options::parse(&rest, &["calls", "size", "warmup"])?;
     let size = usize::try_from(opts.number("size")?.unwrap_or(64))
         .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
+    let calls = opts.required_number("calls")?;
+    let warmup = opts.number("warmup")?.unwrap_or(1000).min(calls);
     Ok(Command::Inproc(InprocArgs {
-        calls: opts.required_number("calls")?,
+        calls,
         size,
+        warmup,
+        pool: flags.iter().any(|f| f == "--pool"),
+        default_spin: flags.iter().any(|f| f == "--default-spin"),
     }))
 }
 

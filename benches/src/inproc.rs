@@ -5,7 +5,11 @@
 //! the wake-ups of sleeping threads), its handler inline on the poller; a client in the same
 //! process makes `calls` blocking echo calls and checks every reply.
 //!
-//! Both pollers are given an idle spin of 0, so they sleep as soon as their queue is empty:
+//! `--pool` runs the handler on the worker pool instead. The calls after `--warmup` form the
+//! counted window: allocations (through the binary's counting allocator) and the wake-ups the
+//! runtime issued (`rpc_core::wakeups_issued`), per call. For those counts `--default-spin`
+//! keeps the default spin settings; without it (for callgrind) both pollers are given an idle
+//! spin of 0, so they sleep as soon as their queue is empty:
 //! with the default 1 ms of busy-polling, the instructions spent spinning would swamp the
 //! ones spent working and vary from run to run. The calls carry no timeout (no deadline
 //! bookkeeping, no timer wake-ups), and nothing is printed per call. Under
@@ -15,33 +19,75 @@
 
 use std::time::Duration;
 
-use rpc_core::{Client, TransportKind};
+use rpc_core::{Client, Execution, TransportKind};
 
+use crate::cli::InprocArgs;
 use crate::echo::echo_client::EchoClient;
+use crate::echo::echo_server::EchoServer;
 use crate::echo::EchoRequest;
 use crate::payload::Payload;
 
 /// The in-process address used.
 pub const ADDR: &str = "mem:bench";
 
-/// Makes `calls` echo calls of `size` bytes; returns the number of failed or mismatched
-/// calls, or an error if the server or client could not be set up.
-pub fn run(calls: u64, size: usize) -> Result<u64, String> {
-    let server = crate::ours::serve_with(
-        rpc_core::Server::builder().idle_spin(Duration::ZERO),
-        ADDR,
-        TransportKind::Tcp, // not used: a `mem:` address always means the memory transport
-    )
-    .map_err(|e| format!("cannot serve on {ADDR}: {e}"))?;
-    let client = Client::builder()
-        .idle_spin(Duration::ZERO)
-        .spin(Duration::ZERO)
+/// What a run measured over its window (the calls after the warm-up).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InprocResult {
+    /// Calls that failed or came back mismatched.
+    pub failed: u64,
+    /// Calls in the counted window.
+    pub window: u64,
+    /// Heap allocations per call in the window (needs the binary's counting allocator;
+    /// `None` without one).
+    pub allocations_per_call: Option<f64>,
+    /// Thread wake-ups the runtime issued per call in the window.
+    pub wakeups_per_call: f64,
+}
+
+impl InprocResult {
+    /// One flat JSON object.
+    pub fn to_json(&self, calls: u64) -> String {
+        let allocs = self
+            .allocations_per_call
+            .map_or("null".to_owned(), |a| format!("{a:.4}"));
+        format!(
+            "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4}}}",
+            self.window, self.failed, self.wakeups_per_call
+        )
+    }
+}
+
+/// Makes `args.calls` echo calls of `args.size` bytes; `allocations` reads the process's
+/// allocation count (the binary's global allocator), if it has one.
+pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<InprocResult, String> {
+    let spin = |d: Duration| if args.default_spin { None } else { Some(d) };
+    let mut server_builder = rpc_core::Server::builder();
+    let mut client_builder = Client::builder();
+    if let Some(zero) = spin(Duration::ZERO) {
+        server_builder = server_builder.idle_spin(zero);
+        client_builder = client_builder.idle_spin(zero).spin(zero);
+    }
+    let execution = if args.pool {
+        Execution::WorkerPool
+    } else {
+        Execution::Inline
+    };
+    let server = server_builder
+        .workers(1)
+        .add_service_with(EchoServer::new(crate::ours::EchoService), execution)
+        .serve(ADDR, TransportKind::Tcp) // not used: `mem:` always means the memory transport
+        .map_err(|e| format!("cannot serve on {ADDR}: {e}"))?;
+    let client = client_builder
         .connect(ADDR)
         .map_err(|e| format!("cannot connect to {ADDR}: {e}"))?;
     let echo = EchoClient::new(client);
-    let payload = Payload::new(size);
+    let payload = Payload::new(args.size);
     let mut failed = 0u64;
-    for seq in 0..calls {
+    let mut start = None;
+    for seq in 0..args.calls {
+        if seq == args.warmup {
+            start = Some((allocations.map(|f| f()), rpc_core::wakeups_issued()));
+        }
         let request = EchoRequest {
             payload: payload.request(seq),
         };
@@ -56,15 +102,34 @@ pub fn run(calls: u64, size: usize) -> Result<u64, String> {
             }
         }
     }
+    let window = args.calls - args.warmup;
+    let (allocs0, wakeups0) =
+        start.unwrap_or((allocations.map(|f| f()), rpc_core::wakeups_issued()));
+    let per_call = |n: u64| n as f64 / window.max(1) as f64;
+    let result = InprocResult {
+        failed,
+        window,
+        allocations_per_call: allocs0.zip(allocations).map(|(a0, f)| per_call(f() - a0)),
+        wakeups_per_call: per_call(rpc_core::wakeups_issued() - wakeups0),
+    };
     drop(echo);
     server.shutdown();
-    Ok(failed)
+    Ok(result)
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn round_trips_in_process() {
-        assert_eq!(super::run(50, 100), Ok(0));
+        let args = crate::cli::InprocArgs {
+            calls: 50,
+            size: 100,
+            warmup: 10,
+            pool: false,
+            default_spin: false,
+        };
+        let result = super::run(&args, None).unwrap();
+        assert_eq!(result.failed, 0);
+        assert_eq!(result.window, 40);
     }
 }

@@ -59,6 +59,8 @@ pub use runtime::client::{Client, ClientBuilder, ResponseFuture, DEFAULT_CONNECT
 pub use runtime::conn::Keepalive;
 pub use runtime::server::{Execution, IncomingRequest, ReplySink, Server, ServerBuilder};
 pub use runtime::transport_select::TransportKind;
+#[doc(hidden)]
+pub use runtime::wakeups_issued;
 pub use runtime::Stats;
 pub use status::{Code, Status};
 pub use transport::RingConfig;

@@ -10,6 +10,8 @@
 //!   the waiting thread or task picks it up, without a lock.
 //! - [`Serializer`]: state worked on by one thread at a time, with work left for its owner
 //!   instead of waited for (a connection's protocol state).
+//! - [`CountingAllocator`]: the system allocator, counting allocations and live bytes (for
+//!   benchmarks and memory-bound tests).
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
 //!
@@ -32,16 +34,20 @@
 //! Under `--cfg loom` the primitives are built on loom's atomics and cells; `tests/loom.rs`
 //! holds the models (`RUSTFLAGS="--cfg loom" cargo test -p rpc-sync --release --test loom`).
 
+#[cfg(not(loom))]
+mod counting;
 mod exclusive;
 mod lockdep;
 mod locks;
 mod oneshot;
 mod serializer;
 
+#[cfg(not(loom))]
+pub use counting::CountingAllocator;
 pub use exclusive::{Exclusive, ExclusiveGuard};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-pub use oneshot::Oneshot;
+pub use oneshot::{Completed, Oneshot};
 pub use serializer::Serializer;
 
 /// Atomics, cells and parking: std's, or loom's under `--cfg loom`.

@@ -21,6 +21,17 @@ enum Waiter {
     Task(Waker),
 }
 
+/// What [`Oneshot::complete`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completed {
+    /// The slot was completed already: the value was dropped.
+    Lost,
+    /// The value is in the slot; nobody was waiting for it yet.
+    Stored,
+    /// The value is in the slot and the waiting thread or task was woken.
+    Woke,
+}
+
 /// A single-value hand-off between one completer and one receiver.
 ///
 /// Protocol (the loom models in `tests/loom.rs` check it): the completer claims the slot
@@ -59,11 +70,11 @@ impl<T> Oneshot<T> {
         }
     }
 
-    /// Leaves `value` for the receiver and wakes it. Returns `false` (dropping `value`) if
-    /// the slot was completed already: the first completion wins.
-    pub fn complete(&self, value: T) -> bool {
+    /// Leaves `value` for the receiver and wakes it if it waits. The first completion wins:
+    /// a later one drops its value ([`Completed::Lost`]).
+    pub fn complete(&self, value: T) -> Completed {
         if self.state.fetch_or(CLAIMED, Ordering::Acquire) & CLAIMED != 0 {
-            return false;
+            return Completed::Lost;
         }
         // SAFETY: `CLAIMED` makes this the only completer; the receiver reads `value` only
         // after `VALUE`, which is set below with release ordering.
@@ -76,10 +87,11 @@ impl<T> Oneshot<T> {
             match waiter {
                 Some(Waiter::Thread(t)) => t.unpark(),
                 Some(Waiter::Task(w)) => w.wake(),
-                None => {}
+                None => return Completed::Stored,
             }
+            return Completed::Woke;
         }
-        true
+        Completed::Stored
     }
 
     /// Whether the value is there (it may have been taken already).

@@ -7,7 +7,7 @@ use loom::sync::atomic::{fence, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use rpc_sync::{Exclusive, Oneshot, Serializer};
+use rpc_sync::{Completed, Exclusive, Oneshot, Serializer};
 
 /// Two threads take turns owning the data; loom's cell tracking fails the model if two ever
 /// touch it at once.
@@ -68,7 +68,7 @@ fn oneshot_wakes_a_parked_receiver() {
     loom::model(|| {
         let slot = Arc::new(Oneshot::new());
         let completer = Arc::clone(&slot);
-        let t = thread::spawn(move || assert!(completer.complete(7u32)));
+        let t = thread::spawn(move || assert_ne!(completer.complete(7u32), Completed::Lost));
         assert_eq!(slot.wait(None), Some(7));
         t.join().unwrap();
     });
@@ -80,8 +80,8 @@ fn oneshot_first_completion_wins() {
     loom::model(|| {
         let slot = Arc::new(Oneshot::new());
         let (a, b) = (Arc::clone(&slot), Arc::clone(&slot));
-        let ta = thread::spawn(move || a.complete(1u32));
-        let tb = thread::spawn(move || b.complete(2u32));
+        let ta = thread::spawn(move || a.complete(1u32) != Completed::Lost);
+        let tb = thread::spawn(move || b.complete(2u32) != Completed::Lost);
         let got = slot.wait(None).unwrap();
         let (wa, wb) = (ta.join().unwrap(), tb.join().unwrap());
         assert!(wa ^ wb, "exactly one completion wins");
@@ -100,7 +100,7 @@ fn oneshot_task_registration_races_completion() {
         let (waker, woken) = flag_waker();
         let mut cx = Context::from_waker(&waker);
         let first = slot.poll_take(&mut cx);
-        let t = thread::spawn(move || completer.complete(5u32));
+        let t = thread::spawn(move || completer.complete(5u32) != Completed::Lost);
         let second = slot.poll_take(&mut cx);
         t.join().unwrap();
         let got = match (first, second) {

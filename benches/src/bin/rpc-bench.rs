@@ -11,6 +11,10 @@
 
 use std::process::ExitCode;
 
+/// Counts allocations for `inproc`'s `allocations_per_call`.
+#[global_allocator]
+static ALLOCATOR: rpc_sync::CountingAllocator = rpc_sync::CountingAllocator;
+
 use rpc_benches::cli::{self, CliError, Command, LoadArgs, ServeArgs, System};
 use rpc_benches::{grpc, idle, inproc, ours, raw_tcp};
 
@@ -39,20 +43,25 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Inproc(args) => match inproc::run(args.calls, args.size) {
-            Ok(failed) => {
-                println!("{{\"calls\":{}}}", args.calls);
-                if failed > 0 {
-                    eprintln!("rpc-bench inproc: {failed} calls failed or mismatched");
-                    return ExitCode::FAILURE;
+        Command::Inproc(args) => {
+            match inproc::run(&args, Some(rpc_sync::CountingAllocator::allocations)) {
+                Ok(result) => {
+                    println!("{}", result.to_json(args.calls));
+                    if result.failed > 0 {
+                        eprintln!(
+                            "rpc-bench inproc: {} calls failed or mismatched",
+                            result.failed
+                        );
+                        return ExitCode::FAILURE;
+                    }
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(err) => {
+                    eprintln!("rpc-bench inproc: {err}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(err) => {
-                eprintln!("rpc-bench inproc: {err}");
-                ExitCode::FAILURE
-            }
-        },
+        }
     }
 }
 

@@ -62,7 +62,9 @@ impl CallCell {
             other => other,
         };
         assert_unlocked("completing a call");
-        self.outcome.complete(result);
+        if self.outcome.complete(result) == rpc_sync::Completed::Woke {
+            super::woke_a_thread();
+        }
     }
 
     /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).

@@ -156,6 +156,7 @@ impl Endpoint {
     pub(crate) fn stop_driving(&self) {
         self.drivers.store(0, Ordering::Release);
         if let Some(t) = self.poller_thread.get() {
+            super::woke_a_thread();
             t.unpark();
         }
     }

@@ -23,6 +23,23 @@ pub(crate) fn micros_from_env(name: &str, default: u64) -> Duration {
     Duration::from_micros(us)
 }
 
+/// Thread wake-ups the runtime issued (process-wide): a parked caller unparked, a sleeping
+/// poller woken, a request handed to the worker pool. For the `wakeups_per_call` benchmark.
+static WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one wake-up the runtime issues.
+pub(crate) fn woke_a_thread() {
+    WAKEUPS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Thread wake-ups the runtime has issued in this process so far (parked callers unparked,
+/// sleeping pollers woken, requests handed to the worker pool): what `make bench` reports as
+/// `wakeups_per_call`. Not a stable API.
+#[doc(hidden)]
+pub fn wakeups_issued() -> u64 {
+    WAKEUPS.load(Ordering::Relaxed)
+}
+
 /// Counters of an endpoint (client or server).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {

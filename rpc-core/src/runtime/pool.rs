@@ -56,7 +56,12 @@ impl WorkerPool {
     /// Queues a job; gives it back if the queue is full (or the pool stopped).
     pub(crate) fn execute(&self, job: Job) -> Option<Job> {
         match self.jobs.try_send(Some(job)) {
-            Ok(()) => None,
+            Ok(()) => {
+                // A hand-off to another thread (counted as a wake-up whether or not a worker
+                // was asleep).
+                super::woke_a_thread();
+                None
+            }
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => job,
         }
     }

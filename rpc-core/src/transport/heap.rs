@@ -239,6 +239,7 @@ impl CompletionQueue for ChannelCq {
     }
 
     fn wake(&self) {
+        crate::runtime::woke_a_thread();
         *self.notified.lock() = true;
         self.cv.notify_one();
     }
