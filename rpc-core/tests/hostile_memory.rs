@@ -150,7 +150,7 @@ impl Raw {
     }
 }
 
-fn open_message(call: u64, total: u32, payload: &[u8], end: bool) -> Header {
+fn open_message(call: u64, total: u32, end: bool) -> Header {
     Header {
         flags: flags::OPEN | if end { flags::END } else { 0 },
         call_id: call,
@@ -176,7 +176,7 @@ fn credit_overrun_is_disconnected_and_costs_nothing() {
     let mut raw = Raw::connect(&addr);
     // Far beyond the server's 16 slots, never waiting for a credit.
     for call in 1..=200u64 {
-        if !raw.send(open_message(call, 1, b"x", true), b"x") {
+        if !raw.send(open_message(call, 1, true), b"x") {
             break;
         }
     }
@@ -215,7 +215,7 @@ fn unfinished_messages_are_bounded_by_max_calls() {
             continue;
         }
         call += 1;
-        if !raw.send(open_message(call, 64 << 10, &[1; 1024], true), &[1; 1024]) {
+        if !raw.send(open_message(call, 64 << 10, true), &[1; 1024]) {
             break;
         }
     }
@@ -249,7 +249,7 @@ fn empty_segments_are_disconnected() {
     let addr = server.local_addr().to_string();
     let mut raw = Raw::connect(&addr);
     // The first segment of a 10-byte message carrying nothing.
-    raw.send(open_message(1, 10, b"", true), b"");
+    raw.send(open_message(1, 10, true), b"");
     assert!(
         raw.closed_by_server(),
         "an empty segment of a non-empty message"
@@ -276,7 +276,7 @@ fn a_well_formed_peer_that_never_returns_credits_is_bounded() {
     for _ in 0..2_000 {
         if raw.credits >= 2 && open < RING.max_calls {
             call += 1;
-            assert!(raw.send(open_message(call, 2048, &[3; 2048], true), &[3; 2048]));
+            assert!(raw.send(open_message(call, 2048, true), &[3; 2048]));
             open += 1;
             continue;
         }
