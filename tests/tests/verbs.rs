@@ -199,6 +199,38 @@ fn verbs_kill_9_of_the_server_fails_calls_promptly_and_the_client_reconnects() {
     child.wait().unwrap();
 }
 
+/// A server that stops answering without any transport error (SIGSTOP: the kernel's RDMA
+/// stack still acknowledges every SEND, so no retry ever fails) is only found out by
+/// keepalive: a call started on it fails UNAVAILABLE, naming keepalive, once the default
+/// keepalive gives up (1 s of silence, then 4 s more).
+#[test]
+fn verbs_a_stopped_server_is_detected_by_keepalive() {
+    let Some(ip) = verbs_addr() else { return };
+    let addr = format!("{ip}:{}", 20_000 + (std::process::id() + 7) % 20_000);
+    let mut child = spawn_server_process(&addr);
+    let client = connect_with_retry(&addr);
+    let req = payload(1, 100);
+    assert_eq!(client.echo(req.clone()).unwrap(), req);
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {sig}");
+    };
+    signal("-STOP");
+    let t0 = Instant::now();
+    let err = client
+        .echo(payload(2, 100))
+        .expect_err("a stopped server cannot answer");
+    eprintln!("the call failed {:?} after SIGSTOP: {err}", t0.elapsed());
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.message().contains("keepalive"), "{err}");
+    signal("-CONT");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// A hostile peer speaking raw frames over its own verbs link: it gets UNIMPLEMENTED and
 /// RESOURCE_EXHAUSTED answers where the framing is valid, and is disconnected where it is
 /// not, while a good client beside it sees nothing.

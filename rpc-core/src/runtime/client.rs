@@ -67,6 +67,13 @@ impl CallCell {
         }
     }
 
+    /// Makes a used cell new again (it must not be shared any more).
+    fn reset(&mut self) {
+        self.outcome.reset();
+        *self.id.get_mut() = 0;
+        *self.thread_waiting.get_mut() = false;
+    }
+
     /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).
     fn wait(&self, deadline: Option<Instant>) -> Option<Result<Payload, Status>> {
         assert_unlocked("waiting for a reply");
@@ -187,6 +194,7 @@ impl ClientBuilder {
         )?;
         let inner = ClientInner {
             endpoint,
+            cells: Arc::new(CellPool::new(CELL_POOL)),
             poller: Mutex::new(Some(poller)),
             connector,
             conn: RwLock::new(None),
@@ -203,8 +211,15 @@ impl ClientBuilder {
     }
 }
 
+/// Call cells of finished calls, ready for the next ones: no allocation per call.
+type CellPool = crossbeam::queue::ArrayQueue<Arc<CallCell>>;
+
+/// How many finished call cells a client keeps for reuse.
+const CELL_POOL: usize = 256;
+
 struct ClientInner {
     endpoint: Arc<Endpoint>,
+    cells: Arc<CellPool>,
     poller: Mutex<Option<JoinHandle<()>>>,
     connector: Connector,
     conn: RwLock<Option<Arc<Conn>>>,
@@ -312,13 +327,16 @@ impl Client {
         &self,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
+        blocking: bool,
     ) -> Result<Started, Status> {
         let _span = tracing::trace_span!("call", method = method.path).entered();
         self.inner.counters.call();
         let conn = self.inner.conn()?;
         let timeout = request.timeout().or(self.inner.config.timeout);
         let deadline = timeout.map(|t| Instant::now() + t);
-        let cell = CallCell::new();
+        let cell = self.inner.cells.pop().unwrap_or_else(CallCell::new);
+        // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
+        cell.thread_waiting.store(blocking, Ordering::Release);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         conn.submit(Work::Open {
             cell: Arc::clone(&cell),
@@ -331,6 +349,7 @@ impl Client {
             endpoint: Arc::clone(&self.inner.endpoint),
             conn,
             cell,
+            cells: Arc::clone(&self.inner.cells),
             deadline,
         })
     }
@@ -360,7 +379,7 @@ impl Client {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        match self.start(method, &request) {
+        match self.start(method, &request, true) {
             Ok(started) => {
                 let result = started.wait(self.inner.config.spin, method);
                 self.finish(result)
@@ -380,7 +399,7 @@ impl Client {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        let state = match self.start(method, &request) {
+        let state = match self.start(method, &request, false) {
             Ok(started) => FutureState::Pending(started),
             Err(status) => FutureState::Failed(Some(status)),
         };
@@ -398,7 +417,21 @@ struct Started {
     endpoint: Arc<Endpoint>,
     conn: Arc<Conn>,
     cell: Arc<CallCell>,
+    cells: Arc<CellPool>,
     deadline: Option<Instant>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        // Reuse the cell if nobody else holds it any more (the thread that completed the
+        // call may still be letting go of its reference: then it is simply dropped).
+        if let Some(cell) = Arc::get_mut(&mut self.cell) {
+            if cell.outcome.is_complete() {
+                cell.reset();
+                let _ = self.cells.push(Arc::clone(&self.cell));
+            }
+        }
+    }
 }
 
 impl Started {
