@@ -12,6 +12,9 @@
 #   make test-verbs-native  the verbs tests on this machine (real RDMA NIC or rdma_rxe loaded)
 #   make bench              the benchmarks of BENCHMARKS.md (host TCP, callgrind, criterion, then
 #                           verbs in the VM); not part of make test
+#   make fuzz               the protocol core's fuzzer for FUZZ_SECONDS (default 60) or FUZZ_RUNS
+#                           executions, one core; not part of make test (which replays its
+#                           corpus, fuzz/corpus/core)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -41,7 +44,7 @@ export ECHO_SIZE ECHO_CONCURRENCY
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
 .PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom \
-	test-verbs test-verbs-2hosts test-verbs-native test-list bench
+	test-verbs test-verbs-2hosts test-verbs-native test-list bench fuzz
 
 setup:
 	scripts/setup
@@ -114,3 +117,25 @@ bench: setup
 	$(CARGO) build --release -p rpc-benches $(FEATURES)
 	CARGO='$(CARGO)' FEATURES='$(FEATURES)' TARGET_DIR='$(TARGET_DIR)' \
 	  VM_TIMEOUT=$(BENCH_VM_TIMEOUT) scripts/bench
+
+# The fuzzer of frame decoding and the connection core (fuzz/, cargo-fuzz; the script it runs is
+# rpc-core/src/protocol/v2/fuzz.rs). RUSTC_BOOTSTRAP=1 lets the stable toolchain take the
+# nightly flags cargo-fuzz passes. No sanitizer (the core is safe Rust, and it halves the
+# executions), but debug assertions, so overflows panic. New inputs go to $(FUZZ_DIR)/corpus
+# (the committed fuzz/corpus/core seeds it), crashes to $(FUZZ_DIR)/artifacts; to keep new
+# inputs, merge them into the committed corpus with `cargo fuzz cmin` and commit it.
+FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?= -1
+FUZZ_DIR := $(abspath $(TARGET_DIR))/fuzz
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
+	@echo "==> fuzzing the protocol core (seconds: $(FUZZ_SECONDS), runs: $(FUZZ_RUNS); 0 and -1 mean no limit; log: $(FUZZ_DIR)/fuzz.log)"
+	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -s none --debug-assertions \
+	  --target-dir $(FUZZ_DIR)/build core $(FUZZ_DIR)/corpus corpus/core -- \
+	  -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -timeout=10 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_DIR)/artifacts/ > $(FUZZ_DIR)/fuzz.log 2>&1 \
+	  || { tail -n 60 $(FUZZ_DIR)/fuzz.log; \
+	       echo "==> the fuzzer failed: see $(FUZZ_DIR)/artifacts"; exit 1; }
+	grep -E '^(Done|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)' \
+	  $(FUZZ_DIR)/fuzz.log
