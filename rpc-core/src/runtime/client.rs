@@ -334,10 +334,11 @@ impl Client {
         let conn = self.inner.conn()?;
         let timeout = request.timeout().or(self.inner.config.timeout);
         let deadline = timeout.map(|t| Instant::now() + t);
-        let cell = self.inner.cells.pop().unwrap_or_else(CallCell::new);
+        let cell = take_cell(&self.inner.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.store(blocking, Ordering::Release);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
+        self.inner.endpoint.call_started();
         conn.submit(Work::Open {
             cell: Arc::clone(&cell),
             method: method.id,
@@ -423,15 +424,30 @@ struct Started {
 
 impl Drop for Started {
     fn drop(&mut self) {
-        // Reuse the cell if nobody else holds it any more (the thread that completed the
-        // call may still be letting go of its reference: then it is simply dropped).
-        if let Some(cell) = Arc::get_mut(&mut self.cell) {
-            if cell.outcome.is_complete() {
-                cell.reset();
-                let _ = self.cells.push(Arc::clone(&self.cell));
-            }
+        self.endpoint.call_finished();
+        // A finished call's cell goes back to the pool at once, even while the thread that
+        // completed it may still be letting go of its reference: `take_cell` reuses a cell
+        // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
+        // future was dropped) may still be completed, so it is not pooled.
+        if self.cell.outcome.is_complete() {
+            let _ = self.cells.push(Arc::clone(&self.cell));
         }
     }
+}
+
+/// A call cell for a new call: a pooled one that nobody holds any more, else a new one.
+fn take_cell(cells: &CellPool) -> Arc<CallCell> {
+    // The most recently finished cells may still be held by their completer for a moment;
+    // they go back to the end of the queue, and the older ones ahead of them are free.
+    for _ in 0..2 {
+        let Some(mut cell) = cells.pop() else { break };
+        if let Some(unshared) = Arc::get_mut(&mut cell) {
+            unshared.reset();
+            return cell;
+        }
+        let _ = cells.push(cell);
+    }
+    CallCell::new()
 }
 
 impl Started {
@@ -480,8 +496,8 @@ impl Started {
             }
             std::hint::spin_loop();
         }
-        self.endpoint.stop_driving();
         self.cell.thread_waiting.store(false, Ordering::Release);
+        self.endpoint.stop_driving(self.cell.outcome.is_complete());
     }
 }
 

@@ -32,6 +32,9 @@ const RETIRED_TTL: Duration = Duration::from_secs(60);
 pub(crate) struct Endpoint {
     cq: Arc<dyn CompletionQueue>,
     links: RwLock<HashMap<LinkId, Arc<Conn>>>,
+    /// The connections of `links` as a list, rebuilt when a link comes or goes, so that the
+    /// periodic deadline and keepalive ticks need no allocation.
+    snapshot: RwLock<Arc<[Arc<Conn>]>>,
     /// Links closed recently: their late completions are dropped, not held.
     retired: Mutex<HashMap<LinkId, Instant>>,
     /// Whoever holds this polls the completion queue: the poller thread, or a caller that
@@ -40,6 +43,8 @@ pub(crate) struct Endpoint {
     polling: Exclusive<PollState>,
     /// 1 while a caller drives completions; the poller thread then stands back.
     drivers: AtomicUsize,
+    /// Client calls started and not yet over for their callers.
+    calls_outstanding: AtomicUsize,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
     role: Role,
     dispatch: Option<Arc<dyn Dispatch>>,
@@ -63,6 +68,7 @@ impl Endpoint {
         let ep = Arc::new(Endpoint {
             cq,
             links: RwLock::new(HashMap::new()),
+            snapshot: RwLock::new(Arc::from(Vec::new())),
             retired: Mutex::new(HashMap::new()),
             polling: Exclusive::new(PollState {
                 orphans: Orphans::default(),
@@ -70,6 +76,7 @@ impl Endpoint {
                 last: None,
             }),
             drivers: AtomicUsize::new(0),
+            calls_outstanding: AtomicUsize::new(0),
             poller_thread: std::sync::OnceLock::new(),
             role,
             dispatch,
@@ -95,14 +102,19 @@ impl Endpoint {
             self.dispatch.clone(),
             Arc::clone(&self.counters),
         );
-        self.links.write().insert(conn.link.id(), Arc::clone(&conn));
+        {
+            let mut links = self.links.write();
+            links.insert(conn.link.id(), Arc::clone(&conn));
+            *self.snapshot.write() = links.values().cloned().collect();
+        }
         // Completions may have arrived before the link was registered.
         self.cq.wake();
         conn
     }
 
-    pub(crate) fn conns(&self) -> Vec<Arc<Conn>> {
-        self.links.read().values().cloned().collect()
+    /// The connections now registered.
+    pub(crate) fn conns(&self) -> Arc<[Arc<Conn>]> {
+        Arc::clone(&self.snapshot.read())
     }
 
     /// Tears a connection down and fails its calls.
@@ -119,7 +131,14 @@ impl Endpoint {
     }
 
     fn retire(&self, id: LinkId) -> Option<Arc<Conn>> {
-        let conn = self.links.write().remove(&id);
+        let conn = {
+            let mut links = self.links.write();
+            let conn = links.remove(&id);
+            if conn.is_some() {
+                *self.snapshot.write() = links.values().cloned().collect();
+            }
+            conn
+        };
         let mut retired = self.retired.lock();
         let now = Instant::now();
         retired.retain(|_, at| now.duration_since(*at) < RETIRED_TTL);
@@ -148,17 +167,35 @@ impl Endpoint {
     /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
     pub(crate) fn start_driving(&self) -> bool {
         self.drivers
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
-    /// The driver stops; polling goes back to the poller thread.
-    pub(crate) fn stop_driving(&self) {
-        self.drivers.store(0, Ordering::Release);
-        if let Some(t) = self.poller_thread.get() {
-            super::woke_a_thread();
-            t.unpark();
+    /// The driver stops; polling goes back to the poller thread. A driver whose own call
+    /// is done wakes the poller only if other calls wait for completions: otherwise the
+    /// poller finds out at its next tick (at most `DEADLINE_TICK`), and a caller making one
+    /// call after another costs no wake-up per call.
+    pub(crate) fn stop_driving(&self, own_call_done: bool) {
+        // SeqCst pairs with `call_started` and `start_driving`: a caller that failed to
+        // become the driver counted its call before, so it is seen here.
+        self.drivers.store(0, Ordering::SeqCst);
+        let others = self.calls_outstanding.load(Ordering::SeqCst) > usize::from(own_call_done);
+        if !own_call_done || others {
+            if let Some(t) = self.poller_thread.get() {
+                super::woke_a_thread();
+                t.unpark();
+            }
         }
+    }
+
+    /// A client call starts (see [`Endpoint::stop_driving`]).
+    pub(crate) fn call_started(&self) {
+        self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A client call is over for its caller.
+    pub(crate) fn call_finished(&self) {
+        self.calls_outstanding.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn run(self: Arc<Self>) {
@@ -203,7 +240,7 @@ impl Endpoint {
                 (next_keepalive, self.keepalive, keepalive_tick)
             {
                 if now >= at {
-                    for conn in self.conns() {
+                    for conn in self.conns().iter() {
                         conn.submit(Work::Keepalive(now, keepalive));
                     }
                     next_keepalive = Some(now + tick);
@@ -230,8 +267,7 @@ impl Endpoint {
         if self.role != Role::Client {
             return;
         }
-        let conns: Vec<Arc<Conn>> = self.links.read().values().cloned().collect();
-        for conn in conns {
+        for conn in self.conns().iter() {
             conn.submit(Work::Expire(now));
         }
     }

@@ -450,7 +450,7 @@ impl Server {
         self.stop.store(true, Ordering::Release);
         let _ = acceptor.join();
         if !grace.is_zero() {
-            for conn in self.endpoint.conns() {
+            for conn in self.endpoint.conns().iter() {
                 conn.submit(Work::Goodbye);
             }
         }
@@ -458,8 +458,8 @@ impl Server {
         while self.shared.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
-        for conn in self.endpoint.conns() {
-            self.endpoint.close_conn(&conn, "server shut down");
+        for conn in self.endpoint.conns().iter() {
+            self.endpoint.close_conn(conn, "server shut down");
         }
         self.endpoint.stop();
         let _ = poller.join();

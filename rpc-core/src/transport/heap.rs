@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam::queue::{ArrayQueue, SegQueue};
+use std::collections::VecDeque;
+
+use crossbeam::queue::ArrayQueue;
 use parking_lot::{Condvar, Mutex};
 
 use super::{
@@ -149,8 +151,13 @@ impl HeapSendPool {
 }
 
 /// A completion queue that other threads (TCP readers, in-memory peers) push into.
+///
+/// A `VecDeque` under a short lock (no I/O, no waiting inside) rather than a linked queue:
+/// it keeps its capacity, so steady traffic allocates nothing. Its length is bounded by the
+/// transports: each completion of a link holds one of its posted receive slots, plus one
+/// `Closed` per link.
 pub(crate) struct ChannelCq {
-    queue: SegQueue<Completion>,
+    queue: rpc_sync::Mutex<VecDeque<Completion>>,
     driver: OnceLock<Weak<dyn Driver>>,
     sleeping: AtomicBool,
     notified: Mutex<bool>,
@@ -160,7 +167,7 @@ pub(crate) struct ChannelCq {
 impl ChannelCq {
     pub(crate) fn new() -> Arc<ChannelCq> {
         Arc::new(ChannelCq {
-            queue: SegQueue::new(),
+            queue: rpc_sync::Mutex::new(VecDeque::with_capacity(64)),
             driver: OnceLock::new(),
             sleeping: AtomicBool::new(false),
             notified: Mutex::new(false),
@@ -177,14 +184,14 @@ impl ChannelCq {
             self.push(c);
             return;
         };
-        self.queue.push(c);
+        self.queue.lock().push_back(c);
         loop {
             std::sync::atomic::fence(Ordering::SeqCst);
             if !driver.drive_once() {
                 return;
             }
             std::sync::atomic::fence(Ordering::SeqCst);
-            if self.queue.is_empty() {
+            if self.queue.lock().is_empty() {
                 return;
             }
         }
@@ -192,7 +199,7 @@ impl ChannelCq {
 
     /// Adds a completion and wakes the poller if it sleeps.
     pub(crate) fn push(&self, c: Completion) {
-        self.queue.push(c);
+        self.queue.lock().push_back(c);
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) {
             self.wake();
@@ -202,23 +209,16 @@ impl ChannelCq {
 
 impl CompletionQueue for ChannelCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let mut n = 0;
-        while n < max {
-            match self.queue.pop() {
-                Some(c) => {
-                    out.push(c);
-                    n += 1;
-                }
-                None => break,
-            }
-        }
+        let mut queue = self.queue.lock();
+        let n = queue.len().min(max);
+        out.extend(queue.drain(..n));
         n
     }
 
     fn wait(&self, timeout: Option<Duration>) {
         self.sleeping.store(true, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        if !self.queue.is_empty() {
+        if !self.queue.lock().is_empty() {
             self.sleeping.store(false, Ordering::SeqCst);
             return;
         }
