@@ -51,6 +51,14 @@ const RING: RingConfig = RingConfig {
     ..RingConfig::DEFAULT
 };
 
+fn echo_server() -> Server {
+    Server::builder()
+        .ring(RING)
+        .add_service(EchoService)
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .unwrap()
+}
+
 struct Raw {
     stream: TcpStream,
 }
@@ -131,11 +139,7 @@ impl Raw {
 
 #[test]
 fn hostile_peers_never_disturb_a_good_client() {
-    let server = Server::builder()
-        .ring(RING)
-        .add_service(EchoService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
-        .unwrap();
+    let server = echo_server();
     let addr = server.local_addr().to_string();
 
     // The good client: calls continuously, every reply checked, until told to stop.
@@ -288,5 +292,61 @@ fn hostile_peers_never_disturb_a_good_client() {
             .unwrap(),
         blob
     );
+    server.shutdown();
+}
+
+/// PROTOCOL.md §16.1: a unary call takes exactly one request message. One sent without the
+/// half-close is served at the half-close; a second one, or none, is answered INTERNAL; the
+/// connection stays up throughout.
+#[test]
+fn a_unary_call_takes_exactly_one_request_message() {
+    let server = echo_server();
+    let mut raw = Raw::handshake(server.local_addr());
+    let body = prost::Message::encode_to_vec(&Blob {
+        data: b"one".to_vec(),
+    });
+    let frame = |kind: Kind, flags: u16, call_id: u64, payload: &[u8]| {
+        let h = Header {
+            flags,
+            call_id,
+            code: if flags & flags::OPEN != 0 {
+                METHODS[0].id
+            } else {
+                0
+            },
+            message_len: payload.len() as u32,
+            segment_len: payload.len() as u32,
+            ..Header::new(kind)
+        };
+        let mut f = vec![0u8; HEADER_LEN + payload.len()];
+        h.encode(&mut f);
+        f[HEADER_LEN..].copy_from_slice(payload);
+        f
+    };
+
+    // The message, then an empty END as the half-close: served.
+    raw.send(&frame(Kind::Message, flags::OPEN, 1, &body));
+    raw.send(&frame(Kind::End, 0, 1, b""));
+    let (id, code, payload) = raw.response();
+    assert_eq!((id, code), (1, 0));
+    assert_eq!(payload, body);
+
+    // Two messages: INTERNAL.
+    raw.send(&frame(Kind::Message, flags::OPEN, 2, &body));
+    raw.send(&frame(Kind::Message, flags::END, 2, &body));
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (2, Code::Internal));
+
+    // No message at all: INTERNAL.
+    raw.send(&frame(Kind::Headers, flags::OPEN, 3, b""));
+    raw.send(&frame(Kind::End, 0, 3, b""));
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (3, Code::Internal));
+
+    // And the connection still serves a well-formed call.
+    raw.request(4, METHODS[0].id, body.len() as u32, &body);
+    let (id, code, payload) = raw.response();
+    assert_eq!((id, code), (4, 0));
+    assert_eq!(payload, body);
     server.shutdown();
 }

@@ -36,12 +36,22 @@ pub(crate) enum CallRef {
 
 type Core = Connection<CallRef, SendBuf>;
 
+/// Server: a unary call waiting for its half-close (PROTOCOL.md §16.1: exactly one request
+/// message; a second one, or none, is answered INTERNAL).
+struct Awaiting {
+    method: u32,
+    deadline: Option<Instant>,
+    /// The request message, once it arrived without the half-close.
+    message: Option<Payload>,
+}
+
 /// The state one thread at a time works on.
 pub(crate) struct Owned {
     core: Core,
-    /// Server: calls opened by request headers whose message has not arrived, with their
-    /// method and deadline.
-    awaiting_message: HashMap<u64, (u32, Option<Instant>)>,
+    /// Server: unary calls opened but not yet half-closed. Bounded by `max_calls`, and each
+    /// held message by `max_message_size` (a client's half-close normally comes with its
+    /// message, which is then served at once and never held).
+    awaiting_message: HashMap<u64, Awaiting>,
     /// Client: call deadlines, earliest first (stale entries are skipped when popped).
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
@@ -512,8 +522,8 @@ impl Conn {
                 call,
                 opened,
                 body,
+                end,
                 ended,
-                ..
             } => {
                 let body = Span::of(&buf, body);
                 match owned.core.role() {
@@ -529,17 +539,30 @@ impl Conn {
                         })
                     }
                     Role::Server => {
-                        let (method, deadline) = match opened {
-                            Some((m, t)) => (m, deadline_of(t)),
+                        let payload = body.into_payload(buf, self);
+                        let mut awaiting = match opened {
+                            Some((method, timeout_us)) => Awaiting {
+                                method,
+                                deadline: deadline_of(timeout_us),
+                                message: None,
+                            },
                             None => owned.awaiting_message.remove(&call)?,
                         };
-                        owned.core.set_user(call, CallRef::Served);
-                        Some(Delivery::Request {
-                            call,
-                            method,
-                            deadline,
-                            payload: body.into_payload(buf, self),
-                        })
+                        if awaiting.message.is_some() {
+                            let status =
+                                Status::internal("a unary call got more than one request message");
+                            let _ = self.post_result(owned.core.end_call(call, &status, &[]));
+                            return None;
+                        }
+                        if !end {
+                            // Served at the half-close, unless a second message comes
+                            // first. Copied out: a held message must not keep a slot (and
+                            // its credit) from the peer.
+                            awaiting.message = Some(payload.detach());
+                            owned.awaiting_message.insert(call, awaiting);
+                            return None;
+                        }
+                        Some(self.serve(owned, call, awaiting.method, awaiting.deadline, payload))
                     }
                 }
             }
@@ -549,18 +572,28 @@ impl Conn {
                 timeout_us,
                 ..
             } => {
-                owned
-                    .awaiting_message
-                    .insert(call, (method, deadline_of(timeout_us)));
+                owned.awaiting_message.insert(
+                    call,
+                    Awaiting {
+                        method,
+                        deadline: deadline_of(timeout_us),
+                        message: None,
+                    },
+                );
                 None
             }
-            Event::HalfClosed { call } => {
-                if owned.awaiting_message.remove(&call).is_some() {
+            Event::HalfClosed { call } => match owned.awaiting_message.remove(&call)? {
+                Awaiting {
+                    method,
+                    deadline,
+                    message: Some(payload),
+                } => Some(self.serve(owned, call, method, deadline, payload)),
+                Awaiting { message: None, .. } => {
                     let status = Status::internal("a unary call ended without a request message");
                     let _ = self.post_result(owned.core.end_call(call, &status, &[]));
+                    None
                 }
-                None
-            }
+            },
             Event::Ended {
                 code,
                 trailers,
@@ -629,6 +662,24 @@ impl Conn {
             | Event::Pong { .. }
             | Event::Ended { .. }
             | Event::Refused { .. } => None,
+        }
+    }
+
+    /// Hands a unary call's request to its handler.
+    fn serve(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        method: u32,
+        deadline: Option<Instant>,
+        payload: Payload,
+    ) -> Delivery {
+        owned.core.set_user(call, CallRef::Served);
+        Delivery::Request {
+            call,
+            method,
+            deadline,
+            payload,
         }
     }
 
