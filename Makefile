@@ -126,6 +126,9 @@ bench: setup
 # inputs, merge them into the committed corpus with `cargo fuzz cmin` and commit it.
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?= -1
+# Longest input: 512 bytes are scripts of about a hundred operations; longer ones mostly run
+# slower (several times fewer executions per second) without reaching new states.
+FUZZ_MAX_LEN ?= 512
 FUZZ_DIR := $(abspath $(TARGET_DIR))/fuzz
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
@@ -133,7 +136,7 @@ fuzz:
 	@echo "==> fuzzing the protocol core (seconds: $(FUZZ_SECONDS), runs: $(FUZZ_RUNS); 0 and -1 mean no limit; log: $(FUZZ_DIR)/fuzz.log)"
 	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -s none --debug-assertions \
 	  --target-dir $(FUZZ_DIR)/build core $(FUZZ_DIR)/corpus corpus/core -- \
-	  -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -timeout=10 -print_final_stats=1 \
+	  -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -max_len=$(FUZZ_MAX_LEN) -timeout=10 -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_DIR)/artifacts/ > $(FUZZ_DIR)/fuzz.log 2>&1 \
 	  || { tail -n 60 $(FUZZ_DIR)/fuzz.log; \
 	       echo "==> the fuzzer failed: see $(FUZZ_DIR)/artifacts"; exit 1; }
