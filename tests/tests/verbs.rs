@@ -141,9 +141,14 @@ fn spawn_server_process(addr: &str) -> Child {
 }
 
 fn connect_with_retry(addr: &str) -> TortureClient {
+    connect_with_retry_via(addr, Client::builder().transport(V).ring(RING))
+}
+
+/// Connects with `builder`, retrying for 30 s while the server comes up.
+fn connect_with_retry_via(addr: &str, builder: rpc_core::ClientBuilder) -> TortureClient {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        match Client::builder().transport(V).ring(RING).connect(addr) {
+        match builder.clone().connect(addr) {
             Ok(c) => return TortureClient::new(c),
             Err(e) if Instant::now() < until => {
                 let _ = e;
@@ -152,6 +157,27 @@ fn connect_with_retry(addr: &str) -> TortureClient {
             Err(e) => panic!("server at {addr} never came up: {e}"),
         }
     }
+}
+
+/// Echoes `req` as soon as the client has reconnected (calls fail UNAVAILABLE until then),
+/// within `patience`.
+fn echo_once_reconnected(
+    client: &TortureClient,
+    req: &rpc_tests::testing::Payload,
+    patience: Duration,
+) {
+    let until = Instant::now() + patience;
+    let reply = loop {
+        match client.echo(req.clone()) {
+            Ok(r) => break r,
+            Err(e) if Instant::now() < until => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("never reconnected: {e}"),
+        }
+    };
+    assert_eq!(&reply, req);
 }
 
 #[test]
@@ -183,18 +209,7 @@ fn verbs_kill_9_of_the_server_fails_calls_promptly_and_the_client_reconnects() {
     assert!(failed_after < Duration::from_secs(10), "{failed_after:?}");
     // The server comes back on the same address; the same client reconnects.
     let mut child = spawn_server_process(&addr);
-    let until = Instant::now() + Duration::from_secs(30);
-    let reply = loop {
-        match client.echo(req.clone()) {
-            Ok(r) => break r,
-            Err(e) if Instant::now() < until => {
-                assert_eq!(e.code(), Code::Unavailable, "{e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("never reconnected: {e}"),
-        }
-    };
-    assert_eq!(reply, req);
+    echo_once_reconnected(&client, &req, Duration::from_secs(30));
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -346,17 +361,25 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
     server.shutdown();
 }
 
-/// Two guests: b serves, a calls across the wire (run by `make test-verbs-2hosts`).
-#[test]
-fn verbs_two_host_calls_across_the_wire() {
+/// On two guests (`scripts/softroce-vm --hosts`): this guest's role ("a" or "b"), the other
+/// guest's address and this guest's verbs address; `None` (the test skips) elsewhere.
+fn two_hosts() -> Option<(String, String, String)> {
     let (Ok(host), Ok(peer)) = (
         std::env::var("RPC_TEST_HOST"),
         std::env::var("RPC_TEST_PEER"),
     ) else {
         eprintln!("skipped: runs on two hosts under scripts/softroce-vm --hosts");
+        return None;
+    };
+    Some((host, peer, verbs_addr()?))
+}
+
+/// Two guests: b serves, a calls across the wire (run by `make test-verbs-2hosts`).
+#[test]
+fn verbs_two_host_calls_across_the_wire() {
+    let Some((host, peer, ip)) = two_hosts() else {
         return;
     };
-    let Some(ip) = verbs_addr() else { return };
     const PORT: u16 = 19_876;
     if host == "b" {
         let server = serve(&format!("{ip}:{PORT}"), V);
@@ -444,14 +467,9 @@ impl Drop for LossFault {
 /// work.
 #[test]
 fn verbs_two_host_connect_survives_lost_setup_packets() {
-    let (Ok(host), Ok(peer)) = (
-        std::env::var("RPC_TEST_HOST"),
-        std::env::var("RPC_TEST_PEER"),
-    ) else {
-        eprintln!("skipped: runs on two hosts under scripts/softroce-vm --hosts");
+    let Some((host, peer, ip)) = two_hosts() else {
         return;
     };
-    let Some(ip) = verbs_addr() else { return };
     const PORT: u16 = 19_877;
     const CLIENTS: u64 = 3;
     if host == "b" {
@@ -519,4 +537,78 @@ fn verbs_two_host_connect_survives_lost_setup_packets() {
             "{case}"
         );
     }
+}
+
+/// Two guests: a server whose host goes silent on the wire (b drops everything it sends, as a
+/// host that hangs or loses its link without any event would) while a call waits for its
+/// reply. a has nothing to send, so no transport retry can notice; its keepalive (1 s of
+/// silence, then 2 s more) must: its PING goes unanswered (and unacknowledged), and the call
+/// fails UNAVAILABLE long before the 20 s the handler sleeps, let alone the call's 60 s
+/// deadline. Once the wire is back, the client connects again. b serves, starts dropping 1 s
+/// after serving a's first call (the slow call is in by then), and lifts the fault after 25 s.
+#[test]
+fn verbs_two_host_a_silent_peer_is_detected_by_keepalive() {
+    let Some((host, peer, ip)) = two_hosts() else {
+        return;
+    };
+    const PORT: u16 = 19_878;
+    let netdev = std::env::var("RPC_TEST_NETDEV").unwrap_or_else(|_| "eth0".into());
+    if host == "b" {
+        let server = serve(&format!("{ip}:{PORT}"), V);
+        let until = Instant::now() + Duration::from_secs(120);
+        while server.stats().calls == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(server.stats().calls > 0, "a never called");
+        std::thread::sleep(Duration::from_secs(1));
+        let fault = LossFault::drop_all(&netdev);
+        std::thread::sleep(Duration::from_secs(25));
+        // The slow call's handler finished during the fault (its reply was lost).
+        let served = server.stats().calls;
+        fault.remove();
+        // a calls once more after reconnecting.
+        let until = Instant::now() + Duration::from_secs(120);
+        while server.stats().calls == served && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            server.stats().calls > served,
+            "a did not call again after the fault"
+        );
+        return;
+    }
+    let addr = format!("{peer}:{PORT}");
+    let client = connect_with_retry_via(
+        &addr,
+        Client::builder()
+            .transport(V)
+            .ring(RING)
+            .keepalive(Some(rpc_core::Keepalive {
+                interval: Duration::from_secs(1),
+                timeout: Duration::from_secs(2),
+            })),
+    );
+    let req = payload(1, 100);
+    assert_eq!(
+        client.echo(req.clone()).expect("call before the fault"),
+        req
+    );
+    let slow = client.sleep_async(
+        rpc_core::Request::new(SleepRequest {
+            millis: 20_000,
+            micros: 0,
+        })
+        .with_timeout(Duration::from_secs(60)),
+    );
+    let t0 = Instant::now();
+    let err = slow.wait().expect_err("a silent server cannot answer");
+    let detected = t0.elapsed();
+    eprintln!("a: the waiting call failed {detected:?} into b's silence: {err}");
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(
+        detected < Duration::from_secs(20),
+        "found out only after {detected:?}: keepalive did not act"
+    );
+    // Once b's wire is back (25 s after the fault began), the client reconnects.
+    echo_once_reconnected(&client, &req, Duration::from_secs(90));
 }
