@@ -765,9 +765,11 @@ impl IoLoop {
                 break ReadEnd::Budget;
             }
             let ring = &r.conn.parts.recv_ring;
+            let asked;
             let result = match r.slot.as_mut() {
                 // The rest of a large payload: straight into its slot.
                 Some((slot, len, got)) if *len - *got >= DIRECT_READ => {
+                    asked = *len - *got;
                     let read = (&r.conn.stream).read(&mut slot[*got..*len]);
                     if let Ok(n) = read {
                         *got += n;
@@ -781,13 +783,17 @@ impl IoLoop {
                     }
                     read
                 }
-                _ => match (&r.conn.stream).read(&mut self.buf) {
-                    Ok(n) if n > 0 => match feed(r, &self.buf[..n], cq) {
-                        Ok(()) => Ok(n),
-                        Err(reason) => break ReadEnd::Closed(reason),
-                    },
-                    other => other,
-                },
+                _ => {
+                    asked = self.buf.len();
+                    let read = (&r.conn.stream).read(&mut self.buf);
+                    match read {
+                        Ok(n) if n > 0 => match feed(r, &self.buf[..n], cq) {
+                            Ok(()) => Ok(n),
+                            Err(reason) => break ReadEnd::Closed(reason),
+                        },
+                        other => other,
+                    }
+                }
             };
             match result {
                 Ok(0) => {
@@ -799,6 +805,9 @@ impl IoLoop {
                         "peer closed the connection".to_string()
                     })
                 }
+                // A short read emptied the socket's receive queue: what arrives later is a new
+                // edge, so no read is spent to meet WouldBlock.
+                Ok(n) if n < asked => break ReadEnd::Drained,
                 Ok(n) => budget = budget.saturating_sub(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break ReadEnd::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
