@@ -1,4 +1,5 @@
-//! The `rpc-bench` command line: one subcommand (`serve`, `load`, `idle`, `inproc`) followed
+//! The `rpc-bench` command line: one subcommand (`serve`, `load`, `idle`, `inproc`,
+//! `tcp-conns`) followed
 //! by `--flag VALUE` options (also `--flag=VALUE`), `--help` for each, and errors that name
 //! the offending option.
 //!
@@ -68,6 +69,8 @@ pub struct ServeArgs {
     pub listen: String,
     /// Transport of `ours` (`tcp`, `verbs` or `auto`).
     pub transport: rpc_core::TransportKind,
+    /// Ring of `ours` (`--slot-count`, `--slot-size`; the rest default).
+    pub ring: rpc_core::RingConfig,
 }
 
 /// `rpc-bench load`.
@@ -111,6 +114,13 @@ pub struct InprocArgs {
     pub default_spin: bool,
 }
 
+/// `rpc-bench tcp-conns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnsArgs {
+    /// Connections to hold open at once.
+    pub conns: usize,
+}
+
 /// A parsed command line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -122,6 +132,8 @@ pub enum Command {
     Idle(IdleArgs),
     /// Make echo calls over the in-process transport (for instruction counting).
     Inproc(InprocArgs),
+    /// Count an `ours` TCP server's threads while it holds many connections.
+    TcpConns(ConnsArgs),
 }
 
 /// Why the command line did not parse.
@@ -139,16 +151,19 @@ rpc-bench: rpc-core next to a raw TCP ping-pong and tonic (gRPC over HTTP/2)
 
 usage:
   rpc-bench serve  --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
+                   [--slot-count N --slot-size N]
   rpc-bench load   --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
                    --size N --outstanding N --count N [--warmup N]
   rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
   rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
+  rpc-bench tcp-conns [--conns 2000]
 
 `rpc-bench COMMAND --help` describes each command.
 ";
 
 const SERVE_USAGE: &str = "\
 usage: rpc-bench serve --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
+                       [--slot-count N --slot-size N]
 
 Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
   ours   rpc-core's Server with the generated echo.Echo service, handler inline on the
@@ -156,6 +171,7 @@ Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
   tcp    a raw TCP echo: u32 little-endian length + payload frames, one thread per
          connection, blocking reads and writes, TCP_NODELAY
   tonic  tonic's gRPC server (HTTP/2) on a multi-threaded tokio runtime (one worker per CPU)
+--slot-count and --slot-size set ours' ring (default 64 slots of 8 KiB).
 A line on stderr says where it listens (port 0 picks a free port).
 ";
 
@@ -199,6 +215,17 @@ Meant to run under `valgrind --tool=callgrind` with two values of N: the differe
 the instruction counts divided by the difference of N is the cost of one round trip.
 ";
 
+const CONNS_USAGE: &str = "\
+usage: rpc-bench tcp-conns [--conns 2000]
+
+Starts `rpc-bench serve --system ours` with 4 slots of 1 KiB (one handler worker) as a child
+process, raises RLIMIT_NOFILE to its hard limit in both processes, opens --conns raw TCP
+connections that each do the HELLO exchange and one echo call and stay open, then reads the
+child's thread count (Threads: of /proc/PID/status). Prints one JSON line:
+  {\"server_threads_2000_conns\":..,\"workers\":1}
+(the key names the --conns given).
+";
+
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError> {
     let mut args = args.into_iter();
@@ -215,6 +242,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError
         "load" => with_usage(LOAD_USAGE, parse_load(&rest)),
         "idle" => with_usage(IDLE_USAGE, parse_idle(&rest)),
         "inproc" => with_usage(INPROC_USAGE, parse_inproc(&rest)),
+        "tcp-conns" => with_usage(CONNS_USAGE, parse_conns(&rest)),
         other => Err(CliError::Invalid(
             format!("unknown command `{other}`"),
             USAGE.to_owned(),
@@ -333,12 +361,44 @@ fn parse_transport(
 }
 
 fn parse_serve(args: &[String]) -> Result<Command, Failure> {
-    let opts = Options::parse(args, &["system", "listen", "transport"])?;
+    let opts = Options::parse(
+        args,
+        &["system", "listen", "transport", "slot-count", "slot-size"],
+    )?;
     let system = System::parse(opts.required("system")?).map_err(Failure::Invalid)?;
+    let default = rpc_core::RingConfig::DEFAULT;
+    let ring = rpc_core::RingConfig {
+        slot_count: ring_value(&opts, "slot-count", default.slot_count)?,
+        slot_size: ring_value(&opts, "slot-size", default.slot_size)?,
+        ..default
+    };
+    ring.validate()
+        .map_err(|e| Failure::Invalid(e.to_string()))?;
     Ok(Command::Serve(ServeArgs {
         system,
         listen: opts.required("listen")?.to_owned(),
         transport: parse_transport(&opts, Some(system))?,
+        ring,
+    }))
+}
+
+fn ring_value(opts: &Options, name: &str, default: u32) -> Result<u32, Failure> {
+    match opts.number(name)? {
+        None => Ok(default),
+        Some(v) => u32::try_from(v).map_err(|_| Failure::Invalid(format!("--{name} is too large"))),
+    }
+}
+
+fn parse_conns(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["conns"])?;
+    let conns = opts.number("conns")?.unwrap_or(2000);
+    if conns == 0 || conns > 100_000 {
+        return Err(Failure::Invalid(
+            "--conns must be between 1 and 100000".to_owned(),
+        ));
+    }
+    Ok(Command::TcpConns(ConnsArgs {
+        conns: conns as usize,
     }))
 }
 
@@ -450,6 +510,7 @@ mod tests {
                 system: System::Ours,
                 listen: "127.0.0.1:0".to_owned(),
                 transport: rpc_core::TransportKind::Tcp,
+                ring: rpc_core::RingConfig::DEFAULT,
             })
         );
     }
@@ -501,5 +562,15 @@ mod tests {
             panic!("idle with defaults")
         };
         assert_eq!((idle.connections, idle.seconds), (64, 10.0));
+        assert_eq!(
+            parse(args("tcp-conns")),
+            Ok(Command::TcpConns(ConnsArgs { conns: 2000 }))
+        );
+        let Ok(Command::Serve(serve)) = parse(args(
+            "serve --system ours --listen a:1 --slot-count 4 --slot-size 1024",
+        )) else {
+            panic!("serve with a ring")
+        };
+        assert_eq!((serve.ring.slot_count, serve.ring.slot_size), (4, 1024));
     }
 }

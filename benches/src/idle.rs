@@ -47,7 +47,7 @@ impl IdleResult {
 }
 
 /// Kills and reaps the child server however the measurement ends.
-struct ChildGuard(Child);
+pub(crate) struct ChildGuard(pub(crate) Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -127,19 +127,26 @@ fn connect_when_up(
     }
 }
 
-/// Runs the measurement.
-pub fn run(args: &IdleArgs) -> Result<IdleResult, String> {
-    let port = free_port(&args.addr)?;
-    let addr = format!("{}:{port}", args.addr);
+/// Starts `rpc-bench serve --system ours` (this executable) with `extra` arguments as a child
+/// listening on a free port of `ip`; returns its address and the child.
+pub(crate) fn spawn_ours_server(ip: &str, extra: &[&str]) -> Result<(String, ChildGuard), String> {
+    let port = free_port(ip)?;
+    let addr = format!("{ip}:{port}");
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let child = Command::new(exe)
         .args(["serve", "--system", "ours", "--listen", &addr])
-        .args(["--transport", transport_arg(args.transport)])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the server process: {e}"))?;
-    let mut child = ChildGuard(child);
+    Ok((addr, ChildGuard(child)))
+}
+
+/// Runs the measurement.
+pub fn run(args: &IdleArgs) -> Result<IdleResult, String> {
+    let (addr, mut child) =
+        spawn_ours_server(&args.addr, &["--transport", transport_arg(args.transport)])?;
     let pid = child.0.id();
 
     let payload = Payload::new(64);

@@ -29,6 +29,9 @@
 //!
 //! * `rpc-bench idle` ([`idle`]): the CPU an `ours` server (in a child process) burns while
 //!   64 connections stay open and quiet, from `/proc/PID/stat`.
+//! * `rpc-bench tcp-conns` ([`conns`]): the threads of an `ours` TCP server (in a child
+//!   process) holding 2,000 connections, each of which made one call, from
+//!   `/proc/PID/status`.
 //! * `rpc-bench inproc` ([`inproc`]): N round trips over the in-process transport with
 //!   pollers that never busy-poll, to be run under `valgrind --tool=callgrind` twice: the
 //!   difference in instructions over the difference in N is the instruction cost of one call.
@@ -47,6 +50,7 @@
 //! ```
 
 pub mod cli;
+pub mod conns;
 pub mod grpc;
 pub mod idle;
 pub mod inproc;

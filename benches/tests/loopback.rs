@@ -122,3 +122,21 @@ fn idle_measures_a_child_server() {
         "{stdout}"
     );
 }
+
+#[test]
+fn tcp_conns_counts_a_child_servers_threads() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rpc-bench"))
+        .args(["tcp-conns", "--conns", "50"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let threads: usize = stdout
+        .trim()
+        .strip_prefix(r#"{"server_threads_50_conns":"#)
+        .and_then(|rest| rest.strip_suffix(r#","workers":1}"#))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    // Main, acceptor, poller, TCP I/O loop, one worker; a little slack.
+    assert!(threads <= 1 + 8, "{threads} threads");
+}

@@ -142,8 +142,11 @@ fn hostile_peers_never_disturb_a_good_client() {
     let server = echo_server();
     let addr = server.local_addr().to_string();
 
-    // The good client: calls continuously, every reply checked, until told to stop.
+    // The good client: calls continuously, every reply checked, until told to stop. The
+    // hostile peers start once it made its first call (their whole sequence may take less
+    // time than its connect).
     let stop = Arc::new(AtomicBool::new(false));
+    let (first_call, first_call_done) = std::sync::mpsc::channel();
     let good = {
         let (addr, stop) = (addr.clone(), Arc::clone(&stop));
         std::thread::spawn(move || {
@@ -160,11 +163,17 @@ fn hostile_peers_never_disturb_a_good_client() {
                     .unary(&METHODS[0], Request::new(blob.clone()))
                     .expect("the good client's call");
                 assert_eq!(r, blob);
+                if n == 0 {
+                    let _ = first_call.send(());
+                }
                 n += 1;
             }
             n
         })
     };
+    first_call_done
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the good client's first call");
 
     // A silent peer that never says HELLO.
     let _silent = Raw::connect(&addr);

@@ -7,6 +7,7 @@
 //!                  --size N --outstanding N --count N [--warmup N]
 //! rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
 //! rpc-bench inproc --calls N [--size 64]
+//! rpc-bench tcp-conns [--conns 2000]
 //! ```
 
 use std::process::ExitCode;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 static ALLOCATOR: rpc_sync::CountingAllocator = rpc_sync::CountingAllocator;
 
 use rpc_benches::cli::{self, CliError, Command, LoadArgs, ServeArgs, System};
-use rpc_benches::{grpc, idle, inproc, ours, raw_tcp};
+use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp};
 
 fn main() -> ExitCode {
     let command = match cli::parse(std::env::args().skip(1)) {
@@ -33,16 +34,8 @@ fn main() -> ExitCode {
     match command {
         Command::Serve(args) => serve(&args),
         Command::Load(args) => load(&args),
-        Command::Idle(args) => match idle::run(&args) {
-            Ok(result) => {
-                println!("{}", result.to_json());
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("rpc-bench idle: {err}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Idle(args) => print_json("idle", idle::run(&args).map(|r| r.to_json())),
+        Command::TcpConns(args) => print_json("tcp-conns", conns::run(&args).map(|r| r.to_json())),
         Command::Inproc(args) => {
             match inproc::run(&args, Some(rpc_sync::CountingAllocator::allocations)) {
                 Ok(result) => {
@@ -65,11 +58,33 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints a measurement's JSON line, or why it failed.
+fn print_json(command: &str, result: Result<String, String>) -> ExitCode {
+    match result {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("rpc-bench {command}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Starts the server, reports where it listens, and blocks until the process is killed.
 fn serve(args: &ServeArgs) -> ExitCode {
+    // Many connections (tcp-conns, idle) need more descriptors than a default soft limit.
+    if let Err(err) = conns::raise_nofile() {
+        eprintln!("rpc-bench serve: {err}");
+    }
     // Each arm keeps its server alive in `_running` for as long as the process lives.
     let (_running, local, transport): (Box<dyn std::any::Any>, String, String) = match args.system {
-        System::Ours => match ours::serve(&args.listen, args.transport) {
+        System::Ours => match ours::serve_with(
+            rpc_core::Server::builder().ring(args.ring),
+            &args.listen,
+            args.transport,
+        ) {
             Ok(server) => {
                 let local = server.local_addr().to_owned();
                 let transport = server.transport_name().to_owned();

@@ -80,7 +80,7 @@ fn use_verbs(addr: &SocketAddr, kind: TransportKind) -> Result<bool, Error> {
 
 /// How a client makes (and re-makes) its link.
 pub(crate) enum Connector {
-    Tcp(Arc<ChannelCq>, SocketAddr),
+    Tcp(tcp::TcpConnector),
     Memory(Arc<ChannelCq>, String),
     #[cfg(feature = "verbs")]
     Verbs(Arc<crate::transport::verbs::VerbsEndpoint>, SocketAddr),
@@ -94,7 +94,7 @@ impl Connector {
         timeout: Duration,
     ) -> Result<Arc<dyn Link>, Error> {
         match self {
-            Connector::Tcp(cq, addr) => tcp::connect(*addr, ring, id, cq, timeout),
+            Connector::Tcp(c) => c.connect(ring, id, timeout),
             Connector::Memory(cq, name) => memory::connect(name, ring, id, cq, timeout),
             #[cfg(feature = "verbs")]
             Connector::Verbs(ep, addr) => ep.connect(*addr, ring, id, timeout),
@@ -137,7 +137,8 @@ pub(crate) fn client_transport(
         }
     }
     let cq = ChannelCq::new();
-    Ok((cq.clone(), Connector::Tcp(cq, sa)))
+    let connector = tcp::TcpConnector::new(sa, cq.clone())?;
+    Ok((cq, Connector::Tcp(connector)))
 }
 
 /// A server's bound transport.

@@ -150,7 +150,7 @@ impl HeapSendPool {
     }
 }
 
-/// A completion queue that other threads (TCP readers, in-memory peers) push into.
+/// A completion queue that other threads (the TCP I/O thread, in-memory peers) push into.
 ///
 /// A `VecDeque` under a short lock (no I/O, no waiting inside) rather than a linked queue:
 /// it keeps its capacity, so steady traffic allocates nothing. Its length is bounded by the
@@ -175,16 +175,28 @@ impl ChannelCq {
         })
     }
 
-    /// Adds a completion and handles it on this thread if no other thread is polling; the
+    /// Adds a completion without waking anyone: the caller follows with [`ChannelCq::drive`]
+    /// (a producer batching several completions).
+    pub(crate) fn enqueue(&self, c: Completion) {
+        self.queue.lock().push_back(c);
+    }
+
+    /// Handles the queued completions on this thread if no other thread is polling; the
     /// poller is woken only when no endpoint is registered yet. The thread that holds the
     /// poll lock re-checks the queue after releasing it (the fences make sure one of the two
     /// sees the other), so nothing is left behind.
-    pub(crate) fn push_and_drive(&self, c: Completion) {
+    pub(crate) fn drive(&self) {
+        if self.queue.lock().is_empty() {
+            // Whatever this thread queued was taken by a poller, which handles it.
+            return;
+        }
         let Some(driver) = self.driver.get().and_then(Weak::upgrade) else {
-            self.push(c);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.sleeping.load(Ordering::SeqCst) {
+                self.wake();
+            }
             return;
         };
-        self.queue.lock().push_back(c);
         loop {
             std::sync::atomic::fence(Ordering::SeqCst);
             if !driver.drive_once() {
@@ -277,8 +289,9 @@ impl HeapLinkParts {
 /// A link over heap slots; [`Link`] follows from these three.
 pub(crate) trait HeapLink: Send + Sync + 'static {
     fn parts(&self) -> &HeapLinkParts;
-    /// Moves one frame to the peer.
-    fn transmit(&self, frame: &[u8]) -> Result<(), Error>;
+    /// Moves the first `len` bytes of `buf` to the peer as one frame; the slot returns to its
+    /// pool when the transport drops `buf` (at once, or once the frame is written).
+    fn transmit(&self, buf: SendBuf, len: usize) -> Result<(), Error>;
     /// Tears the link down (idempotent); a `Closed` completion follows.
     fn shutdown(&self);
 }
@@ -297,9 +310,7 @@ impl<T: HeapLink> Link for T {
     }
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
-        // Dropping the buffer afterwards returns it to the pool.
-        let result = self.transmit(&buf[..len]);
-        drop(buf);
+        let result = self.transmit(buf, len);
         if result.is_err() {
             self.shutdown();
         }

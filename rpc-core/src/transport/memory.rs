@@ -12,7 +12,7 @@ use crossbeam::channel::{self, Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts};
-use super::{Acceptor, Completion, Link, LinkId, RingConfig};
+use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
 use crate::protocol::v2::Hello;
 use crate::Error;
 
@@ -44,7 +44,9 @@ impl HeapLink for MemoryLink {
         &self.parts
     }
 
-    fn transmit(&self, frame: &[u8]) -> Result<(), Error> {
+    fn transmit(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        // The slot returns to its pool when `buf` drops at the end of this call.
+        let frame = &buf[..len];
         let peer = match self.peer() {
             Some(p) if !self.closed.load(Ordering::Acquire) => p,
             _ => {

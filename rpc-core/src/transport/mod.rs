@@ -82,8 +82,8 @@ pub trait CompletionQueue: Send + Sync + 'static {
     /// Wakes a thread sleeping in [`CompletionQueue::wait`].
     fn wake(&self);
     /// Registers the endpoint that owns this queue, for transports whose completions are
-    /// produced by threads of their own (TCP readers): such a thread may then handle what it
-    /// produced itself instead of waking the poller. Default: ignored.
+    /// produced by threads of their own (the TCP I/O thread): such a thread may then handle
+    /// what it produced itself instead of waking the poller. Default: ignored.
     fn set_driver(&self, _driver: std::sync::Weak<dyn Driver>) {}
 }
 

@@ -1,158 +1,976 @@
-//! The TCP transport: the same slot rings and completions as verbs, over a socket. A reader
-//! thread per link reads each frame straight into a posted receive slot and pushes the
-//! completion to the endpoint's queue; sends write the slot's bytes to the socket from the
-//! posting thread. The HELLO is the first frame each side writes after the TCP handshake.
+//! The TCP transport: the same slot rings and completions as verbs, over sockets driven by one
+//! event loop per endpoint.
+//!
+//! **One I/O thread per endpoint** (`rpc-tcp-io`, a [`mio::Poll`]) watches the listener (a
+//! server's) and every socket of the endpoint, so a server holds any number of connections
+//! with a fixed number of threads. On that thread happen: accepting, the HELLO exchange, and all
+//! reads. A frame is read straight into a posted receive slot (through one 64 KiB read buffer
+//! shared by all the loop's sockets, or directly into the slot for the rest of a large
+//! payload) and its completion is pushed to the endpoint's queue; after each read the I/O
+//! thread drives the endpoint itself when no other thread is polling
+//! ([`ChannelCq::drive`]), so a reply is sent without waking the poller. A frame larger than
+//! the slot size, or a frame for which no slot is posted (a credit overrun), closes the link.
+//!
+//! **HELLO deadline.** Each side writes its HELLO right after connect / accept. The peer's
+//! whole 72-byte HELLO frame must have arrived within [`HELLO_DEADLINE`] (5 s) of the accept
+//! (server) or of the hand-over to the loop after connect (client), in total: the loop keeps
+//! the deadlines in arrival order and sleeps in `poll` at most until the nearest one, so a peer
+//! that dribbles its HELLO a byte at a time is closed at 5 s. With no handshake pending, the
+//! loop sleeps in `poll` without a timeout (an idle server costs no CPU). An invalid HELLO is
+//! refused as `docs/PROTOCOL.md` §4.4 says: nothing more is sent and the socket is closed.
+//!
+//! **Writes** never block and never happen under a lock. A posted frame (a send slot) goes
+//! into the link's write queue; whoever owns the link's writer ([`rpc_sync::Exclusive`], a
+//! try-only ownership) writes queued frames with non-blocking `writev` calls, without holding
+//! any lock. The posting thread tries at once (with an empty queue the frame goes out from the
+//! poster, the latency path); what the socket does not take stays queued, and the I/O thread
+//! finishes it when the socket becomes writable again (the poster hands over with a
+//! [`mio::Waker`]). A peer that stops reading stalls only its own link: no thread waits on its
+//! socket. The write queue is bounded: a queued frame holds one send slot and one of the
+//! peer's credits, so at most `min(local slot_count, peer slot_count)` frames of at most
+//! `peer slot_size` bytes are ever queued; the queue is allocated at that size when the link
+//! is set up and a post beyond it closes the link with an error instead of growing. Frames
+//! written after a stall free their slots and a `SendDone` completion tells the runtime.
+//!
+//! Dropping the acceptor (server) or the connector (client) stops the I/O thread once the
+//! links it serves are closed.
 
-use std::io::{BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, Sender};
-
-use parking_lot::Mutex;
+use crossbeam::queue::{ArrayQueue, SegQueue};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use rpc_sync::{assert_unlocked, Exclusive};
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing};
-use super::{Acceptor, Completion, Link, LinkId, RingConfig};
+use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
 use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
 use crate::Error;
 
-/// How long a peer may take to send its HELLO, and a send may block on a peer that does not
-/// read (flow control bounds what we send, so only a stuck peer hits this).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a peer has, in total, to deliver its whole HELLO frame after accept / connect.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 
-struct TcpLink {
+/// Bytes of a HELLO frame on TCP (`docs/PROTOCOL.md` §4.2).
+const HELLO_FRAME_LEN: usize = HEADER_LEN + HELLO_LEN;
+/// The loop's read buffer, shared by all its sockets.
+const READ_BUFFER: usize = 64 << 10;
+/// Bytes read from one socket per readiness before the loop serves the others (it comes back
+/// to a socket that had more at the next turn).
+const READ_BUDGET: usize = 256 << 10;
+/// The rest of a payload at least this long is read into its slot directly.
+const DIRECT_READ: usize = 4096;
+/// Connections accepted per readiness of the listener before the others are served.
+const ACCEPT_BUDGET: usize = 256;
+/// Frames gathered into one `writev`.
+const MAX_IOVECS: usize = 32;
+/// Back-off before accepting again after `accept` failed (e.g. out of file descriptors).
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+const WAKER: Token = Token(0);
+const LISTENER: Token = Token(1);
+const FIRST_CONN: usize = 2;
+
+/// What the I/O thread's owners and links share with it.
+struct IoShared {
+    waker: Waker,
+    commands: SegQueue<Command>,
+    /// Acceptors and connectors holding the loop; at 0 it stops once its links are closed.
+    owners: AtomicUsize,
+    cq: Arc<ChannelCq>,
+    thread: std::sync::OnceLock<ThreadId>,
+}
+
+impl IoShared {
+    fn command(&self, command: Command) {
+        self.commands.push(command);
+        if let Err(e) = self.waker.wake() {
+            tracing::error!(error = %e, "cannot wake the TCP I/O thread");
+        }
+    }
+}
+
+enum Command {
+    /// A client socket, connected: do the HELLO exchange and answer on `reply`.
+    Connect {
+        stream: TcpStream,
+        id: LinkId,
+        ring: RingConfig,
+        reply: Sender<Result<Arc<dyn Link>, Error>>,
+    },
+    /// A poster found the socket full: write the link's queue when it is writable.
+    Flush(Arc<TcpConn>),
+    /// The last owner is gone.
+    Stop,
+}
+
+/// Keeps an endpoint's I/O thread running; the thread stops (once its links are closed) when
+/// the last handle is dropped.
+struct IoHandle {
+    shared: Arc<IoShared>,
+}
+
+impl IoHandle {
+    /// Starts the I/O thread, with `listener` for a server.
+    fn start(cq: Arc<ChannelCq>, listener: Option<Listening>) -> Result<IoHandle, Error> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let shared = Arc::new(IoShared {
+            waker,
+            commands: SegQueue::new(),
+            owners: AtomicUsize::new(1),
+            cq,
+            thread: std::sync::OnceLock::new(),
+        });
+        let mut io = IoLoop {
+            poll,
+            shared: Arc::clone(&shared),
+            listener,
+            conns: HashMap::new(),
+            next_token: FIRST_CONN,
+            hello_deadlines: VecDeque::new(),
+            again: Vec::new(),
+            buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
+            stopping: false,
+            accept_retry: None,
+        };
+        if let Some(l) = io.listener.as_mut() {
+            io.poll
+                .registry()
+                .register(&mut l.listener, LISTENER, Interest::READABLE)?;
+        }
+        let handle = std::thread::Builder::new()
+            .name("rpc-tcp-io".to_string())
+            .spawn(move || io.run())?;
+        let _ = shared.thread.set(handle.thread().id());
+        Ok(IoHandle { shared })
+    }
+}
+
+impl Drop for IoHandle {
+    fn drop(&mut self) {
+        if self.shared.owners.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.command(Command::Stop);
+        }
+    }
+}
+
+/// One link's socket and write queue, shared by the link handle (posting threads) and the I/O
+/// thread (reads, and writes after a stall).
+struct TcpConn {
     parts: HeapLinkParts,
-    writer: Mutex<TcpStream>,
-    socket: TcpStream,
+    stream: TcpStream,
+    /// Frames posted and not yet taken by a writer.
+    queue: ArrayQueue<(SendBuf, usize)>,
+    /// Frames posted and not completely written (the queue and the writer's): at most
+    /// `bound`.
+    unsent: AtomicUsize,
+    /// `min(local slot_count, peer slot_count)`: each unsent frame holds a send slot and a
+    /// peer credit.
+    bound: usize,
+    /// Whoever owns it writes; nobody waits for it.
+    writer: Exclusive<WriteState>,
+    /// The last write met a full socket: posters leave their frames to the I/O thread, which
+    /// writes when the socket becomes writable.
+    stalled: AtomicBool,
+    /// A [`Command::Flush`] for this link is on its way.
+    flush_requested: AtomicBool,
     closed: AtomicBool,
+    io: Arc<IoShared>,
+}
+
+/// The writer's frames: taken from the queue in order, the first one written up to `offset`.
+struct WriteState {
+    frames: VecDeque<(SendBuf, usize)>,
+    offset: usize,
+}
+
+/// How a round of writing ended.
+enum Wrote {
+    /// Everything queued is written.
+    Drained,
+    /// The socket is full.
+    Blocked,
+    /// The socket failed.
+    Failed(io::Error),
+}
+
+impl TcpConn {
+    fn post(self: &Arc<Self>, buf: SendBuf, len: usize) -> Result<(), Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::ConnectionClosed("the link is closed".to_string()));
+        }
+        let peer_slot = self.parts.peer.slot_size as usize;
+        if len > peer_slot {
+            return Err(Error::FrameTooLarge {
+                len,
+                slot_size: peer_slot,
+            });
+        }
+        if self.unsent.fetch_add(1, Ordering::AcqRel) >= self.bound {
+            self.unsent.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::ConnectionClosed(format!(
+                "write queue bound exceeded: more than {} unsent frames (a frame posted \
+                 without a send slot or a peer credit)",
+                self.bound
+            )));
+        }
+        if self.queue.push((buf, len)).is_err() {
+            self.unsent.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::ConnectionClosed(format!(
+                "write queue full ({} frames)",
+                self.bound
+            )));
+        }
+        // Pairs with the writer's fence between letting go and re-checking the queue.
+        fence(Ordering::SeqCst);
+        if self.stalled.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.flush(false).map(drop).map_err(Error::Io)
+    }
+
+    /// Writes queued frames while this thread can own the writer. A poster that meets a full
+    /// socket hands the rest to the I/O thread; the I/O thread itself waits for writability.
+    /// Returns how many frames were completed.
+    fn flush(self: &Arc<Self>, on_io_thread: bool) -> io::Result<usize> {
+        let mut completed = 0;
+        loop {
+            let Some(mut writer) = self.writer.try_lock() else {
+                // The owner re-checks the queue after letting go.
+                return Ok(completed);
+            };
+            let (wrote, n) = writer.with(|w| self.write_queued(w));
+            completed += n;
+            match wrote {
+                Wrote::Drained => {
+                    drop(writer);
+                    fence(Ordering::SeqCst);
+                    if self.queue.is_empty() || self.stalled.load(Ordering::SeqCst) {
+                        return Ok(completed);
+                    }
+                }
+                Wrote::Blocked => {
+                    self.stalled.store(true, Ordering::SeqCst);
+                    drop(writer);
+                    if !on_io_thread && !self.flush_requested.swap(true, Ordering::AcqRel) {
+                        self.io.command(Command::Flush(Arc::clone(self)));
+                    }
+                    return Ok(completed);
+                }
+                Wrote::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes the writer's frames and then the queue's until done or the socket is full.
+    fn write_queued(&self, w: &mut WriteState) -> (Wrote, usize) {
+        let mut completed = 0;
+        loop {
+            // Never reallocates: frames + queue hold at most `bound` frames.
+            while w.frames.len() < w.frames.capacity() {
+                match self.queue.pop() {
+                    Some(f) => w.frames.push_back(f),
+                    None => break,
+                }
+            }
+            if w.frames.is_empty() {
+                return (Wrote::Drained, completed);
+            }
+            let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+            let mut count = 0;
+            for (i, (buf, len)) in w.frames.iter().take(MAX_IOVECS).enumerate() {
+                let from = if i == 0 { w.offset } else { 0 };
+                slices[i] = IoSlice::new(&buf[from..*len]);
+                count += 1;
+            }
+            assert_unlocked("writing to a TCP socket");
+            match (&self.stream).write_vectored(&slices[..count]) {
+                Ok(0) => {
+                    return (
+                        Wrote::Failed(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
+                        completed,
+                    )
+                }
+                Ok(mut n) => {
+                    while n > 0 {
+                        let left = w.frames[0].1 - w.offset;
+                        if n < left {
+                            w.offset += n;
+                            break;
+                        }
+                        n -= left;
+                        w.offset = 0;
+                        // Dropping the slot returns it to the send pool.
+                        drop(w.frames.pop_front());
+                        self.unsent.fetch_sub(1, Ordering::AcqRel);
+                        completed += 1;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return (Wrote::Blocked, completed)
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Wrote::Failed(e), completed),
+            }
+        }
+    }
+
+    /// Closes the socket (idempotent); the I/O thread then reports the closure.
+    fn shutdown(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The [`Link`] handed to the runtime; dropping it closes the link.
+struct TcpLink {
+    conn: Arc<TcpConn>,
 }
 
 impl HeapLink for TcpLink {
     fn parts(&self) -> &HeapLinkParts {
-        &self.parts
+        &self.conn.parts
     }
 
-    fn transmit(&self, frame: &[u8]) -> Result<(), Error> {
-        Ok(self.writer.lock().write_all(frame)?)
+    fn transmit(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        self.conn.post(buf, len)
     }
 
     fn shutdown(&self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
-            // Unblocks the reader thread, which reports the closure.
-            let _ = self.socket.shutdown(std::net::Shutdown::Both);
-        }
+        self.conn.shutdown();
     }
 }
 
-/// Reads frames into posted slots until the socket fails, then reports the closure.
-fn reader_loop(link: Arc<TcpLink>, stream: TcpStream, cq: Arc<ChannelCq>) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stream);
-    let reason = loop {
-        match read_frame(&mut reader, &link.parts.recv_ring) {
-            Ok((buf, len)) => cq.push_and_drive(Completion::Recv {
-                link: link.parts.id,
-                buf: link.parts.recv_ring.completed(buf, len),
-            }),
-            Err(reason) => break reason,
-        }
-    };
-    link.shutdown();
-    cq.push(Completion::Closed {
-        link: link.parts.id,
-        reason,
-    });
+impl Drop for TcpLink {
+    fn drop(&mut self) {
+        self.conn.shutdown();
+    }
 }
 
-fn read_frame(reader: &mut impl Read, ring: &HeapRecvRing) -> Result<(Vec<u8>, usize), String> {
-    let mut header = [0u8; HEADER_LEN];
-    match reader.read_exact(&mut header[..1]) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Err("peer closed the connection".to_string())
-        }
-        Err(e) => return Err(format!("read failed: {e}")),
-    }
-    reader
-        .read_exact(&mut header[1..])
-        .map_err(|e| format!("truncated frame header: {e}"))?;
-    // Only the length is needed to find the frame's end; the protocol core validates the rest.
-    let segment_len = u32::from_le_bytes(header[32..36].try_into().expect("4 bytes")) as usize;
-    let len = HEADER_LEN + segment_len;
-    if len > ring.slot_size() {
-        return Err(Error::FrameTooLarge {
-            len,
-            slot_size: ring.slot_size(),
-        }
-        .to_string());
-    }
-    let Some(mut buf) = ring.take_posted() else {
-        return Err("protocol violation: peer sent a frame without a credit".to_string());
-    };
-    buf[..HEADER_LEN].copy_from_slice(&header);
-    if let Err(e) = reader.read_exact(&mut buf[HEADER_LEN..len]) {
-        return Err(format!("truncated frame payload: {e}"));
-    }
-    Ok((buf, len))
+/// Where an established link goes.
+enum Destination {
+    /// A server's: the acceptor's channel.
+    Acceptor,
+    /// A client's connect call.
+    Client(Sender<Result<Arc<dyn Link>, Error>>),
 }
 
-/// Exchanges HELLO frames on a fresh stream and starts the link's reader thread.
-fn establish(
+/// A socket whose peer's HELLO is still arriving.
+struct Handshake {
     stream: TcpStream,
-    ring: RingConfig,
     id: LinkId,
-    cq: &Arc<ChannelCq>,
-) -> Result<Arc<dyn Link>, Error> {
-    ring.validate()?;
-    stream.set_nodelay(true)?;
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let peer_addr = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "?".to_string());
-    (&stream).write_all(&ring.hello().to_frame())?;
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let mut frame = [0u8; HEADER_LEN + HELLO_LEN];
-    (&stream)
-        .read_exact(&mut frame)
-        .map_err(|e| Error::ConnectionClosed(format!("no HELLO from {peer_addr}: {e}")))?;
-    let peer = Hello::from_frame(&frame)?;
-    stream.set_read_timeout(None)?;
-    let link = Arc::new(TcpLink {
-        parts: HeapLinkParts::new(id, ring, peer, peer_addr),
-        writer: Mutex::new(stream.try_clone()?),
-        socket: stream.try_clone()?,
-        closed: AtomicBool::new(false),
-    });
-    let (reader_link, reader_cq) = (Arc::clone(&link), Arc::clone(cq));
-    std::thread::Builder::new()
-        .name(format!("rpc-tcp-reader-{id}"))
-        .spawn(move || reader_loop(reader_link, stream, reader_cq))?;
-    Ok(link)
+    ring: RingConfig,
+    frame: [u8; HELLO_FRAME_LEN],
+    got: usize,
+    peer_name: String,
+    destination: Destination,
 }
 
-/// Connects to `addr`, with the HELLO exchange, as link `id` of the endpoint owning `cq`.
-pub(crate) fn connect(
+/// An established link's read side: the frame being read.
+struct Reading {
+    conn: Arc<TcpConn>,
+    header: [u8; HEADER_LEN],
+    header_got: usize,
+    /// The slot the current frame goes into, its length and the bytes read so far.
+    slot: Option<(Vec<u8>, usize, usize)>,
+}
+
+enum Entry {
+    Hello(Box<Handshake>),
+    Open(Reading),
+}
+
+/// A server's listener and where its links go.
+struct Listening {
+    listener: TcpListener,
+    ring: RingConfig,
+    links: Sender<Result<Arc<dyn Link>, Error>>,
+    next_id: LinkId,
+}
+
+/// How reading a socket ended for this turn.
+enum ReadEnd {
+    /// The socket has nothing more for now.
+    Drained,
+    /// The read budget is spent; more may be waiting.
+    Budget,
+    /// The link is over.
+    Closed(String),
+}
+
+/// The I/O thread's state.
+struct IoLoop {
+    poll: Poll,
+    shared: Arc<IoShared>,
+    listener: Option<Listening>,
+    conns: HashMap<Token, Entry>,
+    next_token: usize,
+    /// HELLO deadlines in arrival order (all are arrival + [`HELLO_DEADLINE`]).
+    hello_deadlines: VecDeque<(Instant, Token)>,
+    /// Sockets (and the listener) to serve again at the next turn: their budget ran out.
+    again: Vec<Token>,
+    buf: Box<[u8]>,
+    stopping: bool,
+    accept_retry: Option<Instant>,
+}
+
+impl IoLoop {
+    fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        loop {
+            self.take_commands();
+            if self.stopping && self.conns.is_empty() {
+                break;
+            }
+            let timeout = self.timeout();
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "TCP I/O loop: poll failed; stopping");
+                    break;
+                }
+            }
+            let again = std::mem::take(&mut self.again);
+            for token in again {
+                self.ready(token, true, false);
+            }
+            for event in events.iter() {
+                let token = event.token();
+                if token == WAKER {
+                    continue;
+                }
+                let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                self.ready(token, readable, event.is_writable());
+            }
+            self.expire_hellos(Instant::now());
+            if let Some(at) = self.accept_retry {
+                if Instant::now() >= at {
+                    self.accept_retry = None;
+                    self.ready(LISTENER, true, false);
+                }
+            }
+        }
+        // Dropping the handshakes and the listener closes their sockets.
+        tracing::debug!("TCP I/O loop stopped");
+    }
+
+    /// How long `poll` may sleep: until the nearest HELLO deadline or accept retry, not at
+    /// all if a socket has more to read, else without limit.
+    fn timeout(&self) -> Option<Duration> {
+        if !self.again.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let now = Instant::now();
+        let nearest = self
+            .hello_deadlines
+            .front()
+            .map(|(at, _)| *at)
+            .into_iter()
+            .chain(self.accept_retry)
+            .min()?;
+        Some(nearest.saturating_duration_since(now))
+    }
+
+    fn take_commands(&mut self) {
+        while let Some(command) = self.shared.commands.pop() {
+            match command {
+                Command::Connect {
+                    stream,
+                    id,
+                    ring,
+                    reply,
+                } => {
+                    let peer_name = stream
+                        .peer_addr()
+                        .map(|a| a.to_string())
+                        .unwrap_or_else(|_| "?".to_string());
+                    if self.stopping {
+                        let _ = reply.send(Err(Error::ConnectionClosed(
+                            "the TCP I/O thread is stopping".to_string(),
+                        )));
+                        continue;
+                    }
+                    self.start_handshake(stream, id, ring, peer_name, Destination::Client(reply));
+                }
+                Command::Flush(conn) => {
+                    conn.flush_requested.store(false, Ordering::Release);
+                    self.flush(&conn);
+                }
+                Command::Stop => {
+                    self.stopping = true;
+                    if let Some(mut l) = self.listener.take() {
+                        let _ = self.poll.registry().deregister(&mut l.listener);
+                    }
+                    let hellos: Vec<Token> = self
+                        .conns
+                        .iter()
+                        .filter(|(_, e)| matches!(e, Entry::Hello(_)))
+                        .map(|(t, _)| *t)
+                        .collect();
+                    for token in hellos {
+                        self.remove(token, "the endpoint is shutting down".to_string());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves a ready socket (or the listener).
+    fn ready(&mut self, token: Token, readable: bool, writable: bool) {
+        if token == LISTENER {
+            self.accept();
+            return;
+        }
+        if writable {
+            if let Some(Entry::Open(r)) = self.conns.get(&token) {
+                let conn = Arc::clone(&r.conn);
+                self.flush(&conn);
+            }
+        }
+        if !readable {
+            return;
+        }
+        let end = match self.conns.get_mut(&token) {
+            None => return,
+            Some(Entry::Hello(h)) => match read_hello(h) {
+                Ok(false) => ReadEnd::Drained,
+                Ok(true) => {
+                    let Some(Entry::Hello(h)) = self.conns.remove(&token) else {
+                        unreachable!("a handshake")
+                    };
+                    match self.establish(*h) {
+                        Ok(reading) => {
+                            self.conns.insert(token, Entry::Open(reading));
+                            self.read_open(token)
+                        }
+                        Err(reason) => {
+                            tracing::debug!(%reason, "TCP handshake failed");
+                            return;
+                        }
+                    }
+                }
+                Err(reason) => ReadEnd::Closed(reason),
+            },
+            Some(Entry::Open(_)) => self.read_open(token),
+        };
+        match end {
+            ReadEnd::Drained => {}
+            ReadEnd::Budget => self.again.push(token),
+            ReadEnd::Closed(reason) => self.remove(token, reason),
+        }
+    }
+
+    /// Writes a link's queue on the I/O thread after a stall; frames completed free send
+    /// slots, which the runtime learns from a `SendDone`.
+    fn flush(&mut self, conn: &Arc<TcpConn>) {
+        conn.stalled.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        match conn.flush(true) {
+            Ok(0) => {}
+            Ok(_) => {
+                self.shared.cq.enqueue(Completion::SendDone {
+                    link: conn.parts.id,
+                });
+                self.shared.cq.drive();
+            }
+            Err(e) => {
+                tracing::debug!(peer = %conn.parts.peer_name, error = %e, "TCP write failed");
+                // The read side then reports the closure.
+                conn.shutdown();
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        for _ in 0..ACCEPT_BUDGET {
+            let Some(l) = self.listener.as_mut() else {
+                return;
+            };
+            match l.listener.accept() {
+                Ok((stream, addr)) => {
+                    let (id, ring) = (l.next_id, l.ring);
+                    l.next_id += 1;
+                    self.start_handshake(stream, id, ring, addr.to_string(), Destination::Acceptor);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Typically out of file descriptors: the connection waits in the backlog;
+                    // try again shortly rather than spin.
+                    let _ = l.links.send(Err(Error::Io(e)));
+                    self.accept_retry = Some(Instant::now() + ACCEPT_RETRY);
+                    return;
+                }
+            }
+        }
+        self.again.push(LISTENER);
+    }
+
+    /// Sends our HELLO on a fresh socket and waits (on the loop) for the peer's.
+    fn start_handshake(
+        &mut self,
+        mut stream: TcpStream,
+        id: LinkId,
+        ring: RingConfig,
+        peer_name: String,
+        destination: Destination,
+    ) {
+        let fail = |destination: Destination, e: Error| {
+            if let Destination::Client(reply) = destination {
+                let _ = reply.send(Err(e));
+            }
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            return fail(destination, e.into());
+        }
+        // A fresh socket's send buffer takes the 72 bytes whole.
+        match (&stream).write(&ring.hello().to_frame()) {
+            Ok(n) if n == HELLO_FRAME_LEN => {}
+            Ok(_) => {
+                return fail(
+                    destination,
+                    Error::ConnectionClosed(format!("could not send the HELLO to {peer_name}")),
+                )
+            }
+            Err(e) => return fail(destination, e.into()),
+        }
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            return fail(destination, e.into());
+        }
+        self.conns.insert(
+            token,
+            Entry::Hello(Box::new(Handshake {
+                stream,
+                id,
+                ring,
+                frame: [0; HELLO_FRAME_LEN],
+                got: 0,
+                peer_name,
+                destination,
+            })),
+        );
+        self.hello_deadlines
+            .push_back((Instant::now() + HELLO_DEADLINE, token));
+        // Bytes may have arrived before the registration's first event: edge-triggered
+        // readiness reports them anyway, as the registration finds the socket readable.
+    }
+
+    /// Closes the handshakes whose deadline passed.
+    fn expire_hellos(&mut self, now: Instant) {
+        while let Some(&(at, token)) = self.hello_deadlines.front() {
+            if at > now {
+                return;
+            }
+            self.hello_deadlines.pop_front();
+            if let Some(Entry::Hello(h)) = self.conns.get(&token) {
+                let reason = format!(
+                    "no complete HELLO from {} within {HELLO_DEADLINE:?} ({} of {HELLO_FRAME_LEN} \
+                     bytes arrived)",
+                    h.peer_name, h.got
+                );
+                self.remove(token, reason);
+            }
+        }
+    }
+
+    /// The peer's HELLO is complete: the link is set up and handed over.
+    fn establish(&mut self, h: Handshake) -> Result<Reading, String> {
+        let Handshake {
+            mut stream,
+            id,
+            ring,
+            frame,
+            peer_name,
+            destination,
+            ..
+        } = h;
+        let peer = match Hello::from_frame(&frame) {
+            Ok(peer) => peer,
+            Err(e) => {
+                let e = Error::ConnectionClosed(format!("invalid HELLO from {peer_name}: {e}"));
+                let reason = e.to_string();
+                self.deliver(destination, Err(e));
+                // Dropping the stream closes it, with nothing more sent (§4.4).
+                let _ = self.poll.registry().deregister(&mut stream);
+                drop(stream);
+                return Err(reason);
+            }
+        };
+        let bound = ring.slot_count.min(peer.slot_count) as usize;
+        let conn = Arc::new(TcpConn {
+            parts: HeapLinkParts::new(id, ring, peer, peer_name),
+            stream,
+            queue: ArrayQueue::new(bound),
+            unsent: AtomicUsize::new(0),
+            bound,
+            writer: Exclusive::new(WriteState {
+                frames: VecDeque::with_capacity(bound),
+                offset: 0,
+            }),
+            stalled: AtomicBool::new(false),
+            flush_requested: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            io: Arc::clone(&self.shared),
+        });
+        let link: Arc<dyn Link> = Arc::new(TcpLink {
+            conn: Arc::clone(&conn),
+        });
+        // A refused hand-over drops the link, which closes it.
+        self.deliver(destination, Ok(link));
+        Ok(Reading {
+            conn,
+            header: [0; HEADER_LEN],
+            header_got: 0,
+            slot: None,
+        })
+    }
+
+    /// Hands an established link, or why the handshake failed, to whoever waits for it.
+    fn deliver(&self, destination: Destination, outcome: Result<Arc<dyn Link>, Error>) {
+        match destination {
+            Destination::Acceptor => {
+                if let Some(l) = &self.listener {
+                    let _ = l.links.send(outcome);
+                }
+            }
+            Destination::Client(reply) => {
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+
+    /// Reads an established link's frames until the socket is drained or the budget spent,
+    /// then lets the endpoint handle them.
+    fn read_open(&mut self, token: Token) -> ReadEnd {
+        let Some(Entry::Open(r)) = self.conns.get_mut(&token) else {
+            return ReadEnd::Drained;
+        };
+        let cq = &self.shared.cq;
+        let mut budget = READ_BUDGET;
+        let end = loop {
+            if budget == 0 {
+                break ReadEnd::Budget;
+            }
+            let ring = &r.conn.parts.recv_ring;
+            let asked;
+            let result = match r.slot.as_mut() {
+                // The rest of a large payload: straight into its slot.
+                Some((slot, len, got)) if *len - *got >= DIRECT_READ => {
+                    asked = *len - *got;
+                    let read = (&r.conn.stream).read(&mut slot[*got..*len]);
+                    if let Ok(n) = read {
+                        *got += n;
+                    }
+                    if *got == *len {
+                        let (slot, len, _) = r.slot.take().expect("a slot");
+                        cq.enqueue(Completion::Recv {
+                            link: r.conn.parts.id,
+                            buf: ring.completed(slot, len),
+                        });
+                    }
+                    read
+                }
+                _ => {
+                    asked = self.buf.len();
+                    let read = (&r.conn.stream).read(&mut self.buf);
+                    match read {
+                        Ok(n) if n > 0 => match feed(r, &self.buf[..n], cq) {
+                            Ok(()) => Ok(n),
+                            Err(reason) => break ReadEnd::Closed(reason),
+                        },
+                        other => other,
+                    }
+                }
+            };
+            match result {
+                Ok(0) => {
+                    break ReadEnd::Closed(if r.conn.closed.load(Ordering::Acquire) {
+                        "connection closed locally".to_string()
+                    } else if r.slot.is_some() || r.header_got > 0 {
+                        "peer closed the connection in the middle of a frame".to_string()
+                    } else {
+                        "peer closed the connection".to_string()
+                    })
+                }
+                // A short read emptied the socket's receive queue: what arrives later is a new
+                // edge, so no read is spent to meet WouldBlock.
+                Ok(n) if n < asked => break ReadEnd::Drained,
+                Ok(n) => budget = budget.saturating_sub(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break ReadEnd::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break ReadEnd::Closed(format!("read failed: {e}")),
+            }
+        };
+        cq.drive();
+        end
+    }
+
+    /// Forgets a socket and, for an established link, reports its closure.
+    fn remove(&mut self, token: Token, reason: String) {
+        let Some(entry) = self.conns.remove(&token) else {
+            return;
+        };
+        match entry {
+            Entry::Hello(mut h) => {
+                let _ = self.poll.registry().deregister(&mut h.stream);
+                tracing::debug!(peer = %h.peer_name, %reason, "TCP handshake failed");
+                self.deliver(h.destination, Err(Error::ConnectionClosed(reason)));
+            }
+            Entry::Open(r) => {
+                // The socket stays registered until its last handle closes it; its token is
+                // never reused, so late events for it are ignored.
+                r.conn.shutdown();
+                self.shared.cq.push(Completion::Closed {
+                    link: r.conn.parts.id,
+                    reason,
+                });
+            }
+        }
+    }
+}
+
+/// Reads what has arrived of a HELLO frame (never past it); `Ok(true)` once it is whole.
+fn read_hello(h: &mut Handshake) -> Result<bool, String> {
+    while h.got < HELLO_FRAME_LEN {
+        match (&h.stream).read(&mut h.frame[h.got..]) {
+            Ok(0) => {
+                return Err(format!(
+                    "{} closed the connection during the handshake",
+                    h.peer_name
+                ))
+            }
+            Ok(n) => h.got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read failed during the handshake: {e}")),
+        }
+    }
+    Ok(true)
+}
+
+/// Moves bytes read from the socket into the frames they belong to, queueing a completion for
+/// each frame that is whole.
+fn feed(r: &mut Reading, mut data: &[u8], cq: &ChannelCq) -> Result<(), String> {
+    let ring: &Arc<HeapRecvRing> = &r.conn.parts.recv_ring;
+    while !data.is_empty() {
+        if let Some((slot, len, got)) = r.slot.as_mut() {
+            let n = (*len - *got).min(data.len());
+            slot[*got..*got + n].copy_from_slice(&data[..n]);
+            *got += n;
+            data = &data[n..];
+            if *got == *len {
+                let (slot, len, _) = r.slot.take().expect("a slot");
+                cq.enqueue(Completion::Recv {
+                    link: r.conn.parts.id,
+                    buf: ring.completed(slot, len),
+                });
+            }
+            continue;
+        }
+        let n = (HEADER_LEN - r.header_got).min(data.len());
+        r.header[r.header_got..r.header_got + n].copy_from_slice(&data[..n]);
+        r.header_got += n;
+        data = &data[n..];
+        if r.header_got < HEADER_LEN {
+            break;
+        }
+        r.header_got = 0;
+        // Only the length is needed to find the frame's end; the protocol core checks the
+        // rest.
+        let segment_len = u32::from_le_bytes(r.header[32..36].try_into().expect("4 bytes"));
+        let len = HEADER_LEN.saturating_add(segment_len as usize);
+        if len > ring.slot_size() {
+            return Err(Error::FrameTooLarge {
+                len,
+                slot_size: ring.slot_size(),
+            }
+            .to_string());
+        }
+        let Some(mut slot) = ring.take_posted() else {
+            return Err("protocol violation: peer sent a frame without a credit".to_string());
+        };
+        slot[..HEADER_LEN].copy_from_slice(&r.header);
+        r.slot = Some((slot, len, HEADER_LEN));
+        if len == HEADER_LEN {
+            let (slot, len, _) = r.slot.take().expect("a slot");
+            cq.enqueue(Completion::Recv {
+                link: r.conn.parts.id,
+                buf: ring.completed(slot, len),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How a client endpoint makes its TCP links: connect, then the HELLO exchange on the
+/// endpoint's I/O thread, which serves the link from then on.
+pub(crate) struct TcpConnector {
     addr: SocketAddr,
-    ring: RingConfig,
-    id: LinkId,
-    cq: &Arc<ChannelCq>,
-    timeout: Duration,
-) -> Result<Arc<dyn Link>, Error> {
-    let stream = TcpStream::connect_timeout(&addr, timeout)?;
-    establish(stream, ring, id, cq)
+    io: IoHandle,
 }
 
-/// A listening TCP socket that hands out established links. Accepting and each handshake
-/// run on threads of their own, so a peer that connects and stays silent delays nobody. The
-/// accept thread blocks in `accept` (no CPU while idle); dropping the acceptor wakes it with
-/// a connection of its own.
+impl TcpConnector {
+    /// Starts the endpoint's I/O thread; its links' completions go to `cq`.
+    pub(crate) fn new(addr: SocketAddr, cq: Arc<ChannelCq>) -> Result<TcpConnector, Error> {
+        Ok(TcpConnector {
+            addr,
+            io: IoHandle::start(cq, None)?,
+        })
+    }
+
+    /// Connects (within `timeout`), then waits for the HELLO exchange (within
+    /// [`HELLO_DEADLINE`]) as link `id`.
+    pub(crate) fn connect(
+        &self,
+        ring: RingConfig,
+        id: LinkId,
+        timeout: Duration,
+    ) -> Result<Arc<dyn Link>, Error> {
+        ring.validate()?;
+        if self.io.shared.thread.get() == Some(&std::thread::current().id()) {
+            return Err(Error::InvalidConfig(
+                "cannot connect from the endpoint's own TCP I/O thread (it does the handshake)"
+                    .to_string(),
+            ));
+        }
+        let stream = StdTcpStream::connect_timeout(&self.addr, timeout)?;
+        stream.set_nonblocking(true)?;
+        let (reply, answer) = channel::bounded(1);
+        self.io.shared.command(Command::Connect {
+            stream: TcpStream::from_std(stream),
+            id,
+            ring,
+            reply,
+        });
+        assert_unlocked("waiting for a TCP handshake");
+        answer.recv().unwrap_or_else(|_| {
+            Err(Error::ConnectionClosed(
+                "the TCP I/O thread stopped during the handshake".to_string(),
+            ))
+        })
+    }
+}
+
+/// A listening TCP socket whose links are accepted and handshaken on the endpoint's I/O
+/// thread; [`Acceptor::accept`] takes the established ones. Dropping it closes the listener
+/// and lets the I/O thread stop once the links are closed.
 pub(crate) struct TcpAcceptor {
     local_addr: SocketAddr,
     links: Receiver<Result<Arc<dyn Link>, Error>>,
-    stop: Arc<AtomicBool>,
+    _io: IoHandle,
 }
 
 impl TcpAcceptor {
@@ -165,65 +983,20 @@ impl TcpAcceptor {
         let listener = TcpListener::bind(addr)?;
         let local_addr = listener.local_addr()?;
         let (tx, rx) = channel::unbounded();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread_stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("rpc-tcp-accept".to_string())
-            .spawn(move || accept_loop(listener, ring, cq, tx, thread_stop))?;
+        let io = IoHandle::start(
+            cq,
+            Some(Listening {
+                listener,
+                ring,
+                links: tx,
+                next_id: 1,
+            }),
+        )?;
         Ok(TcpAcceptor {
             local_addr,
             links: rx,
-            stop,
+            _io: io,
         })
-    }
-}
-
-fn accept_loop(
-    listener: TcpListener,
-    ring: RingConfig,
-    cq: Arc<ChannelCq>,
-    links: Sender<Result<Arc<dyn Link>, Error>>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut next_id: LinkId = 1;
-    loop {
-        let accepted = listener.accept();
-        if stop.load(Ordering::Acquire) {
-            return;
-        }
-        match accepted {
-            Ok((stream, _)) => {
-                let (id, cq, sender) = (next_id, Arc::clone(&cq), links.clone());
-                next_id += 1;
-                let spawned = std::thread::Builder::new()
-                    .name(format!("rpc-tcp-handshake-{id}"))
-                    .spawn(move || {
-                        let _ = sender.send(establish(stream, ring, id, &cq));
-                    });
-                if let Err(e) = spawned {
-                    let _ = links.send(Err(Error::Io(e)));
-                }
-            }
-            Err(e) => {
-                // Typically out of file descriptors: back off rather than spin.
-                let _ = links.send(Err(Error::Io(e)));
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-}
-
-impl Drop for TcpAcceptor {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        let mut wake = self.local_addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
     }
 }
 
