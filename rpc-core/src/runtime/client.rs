@@ -99,6 +99,9 @@ impl CallCell {
 /// the connect at once; only an unreachable one takes the whole timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The default of [`ClientBuilder::spin`], in microseconds.
+const DEFAULT_SPIN_US: u64 = 200;
+
 /// Configures and connects a [`Client`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
@@ -118,7 +121,7 @@ impl Default for ClientBuilder {
             timeout: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             ring: RingConfig::default(),
-            spin: super::micros_from_env("RPC_SPIN_US", 0),
+            spin: super::micros_from_env("RPC_SPIN_US", DEFAULT_SPIN_US),
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
         }
@@ -160,12 +163,13 @@ impl ClientBuilder {
     }
 
     /// How long a blocking call polls for its reply on its own thread before it parks and
-    /// leaves polling to the poller thread (default 0, or `RPC_SPIN_US`: park at once). Only
-    /// one caller polls at a time; the others park and are woken by it. Polling on the
-    /// caller's thread saves a thread wake-up per reply where spare cores exist; on the
-    /// 2-CPU machines this was measured on, parking while the poller thread spins was faster
-    /// (Soft-RoCE echo at concurrency 1: 5,526 calls/s parked vs 2,893 with 200 µs of
-    /// caller polling; TCP p50 19-45 µs vs 71 µs).
+    /// leaves polling to the poller thread (default 200 µs, or `RPC_SPIN_US`; 0: park at
+    /// once). Only a call that is the client's only one outstanding polls (with others
+    /// outstanding the poller thread is busy anyway), and the poller thread parks meanwhile,
+    /// so a reply within the budget costs no thread wake-up at all. Measured in one Soft-RoCE
+    /// boot (`scripts/bench-spin`, docs/ARCHITECTURE.md "Who polls"): 200 µs had the lowest
+    /// p50 at 1 outstanding and the highest rate at 8; 50 µs was worse than parking at once
+    /// (the caller gives up just before the reply and both threads must be woken).
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self
@@ -476,11 +480,13 @@ impl Started {
 
 impl Started {
     fn drive(&self, spin: Duration) {
-        if spin.is_zero() {
+        // Only a caller whose call is the client's only one drives: with others outstanding
+        // the poller thread is busy anyway, and a driver that stops while others wait must
+        // wake it again (a wake-up per call instead of none).
+        if spin.is_zero() || self.endpoint.calls_outstanding() > 1 {
             return;
         }
-        // One driver at a time: other callers park, and the driver's polling wakes them.
-        // Spinning them all would only steal the driver's CPU.
+        // One driver at a time: other callers park, and the poller wakes them.
         if !self.endpoint.start_driving() {
             return;
         }

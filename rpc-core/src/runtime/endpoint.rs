@@ -193,6 +193,11 @@ impl Endpoint {
         self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Client calls started and not yet over for their callers.
+    pub(crate) fn calls_outstanding(&self) -> usize {
+        self.calls_outstanding.load(Ordering::SeqCst)
+    }
+
     /// A client call is over for its caller.
     pub(crate) fn call_finished(&self) {
         self.calls_outstanding.fetch_sub(1, Ordering::SeqCst);
