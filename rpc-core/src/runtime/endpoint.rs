@@ -45,6 +45,8 @@ pub(crate) struct Endpoint {
     drivers: AtomicUsize,
     /// Client calls started and not yet over for their callers.
     calls_outstanding: AtomicUsize,
+    /// A link was registered since the last poll: completions held for it may wait.
+    adoption_pending: AtomicBool,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
     role: Role,
     dispatch: Option<Arc<dyn Dispatch>>,
@@ -77,6 +79,7 @@ impl Endpoint {
             }),
             drivers: AtomicUsize::new(0),
             calls_outstanding: AtomicUsize::new(0),
+            adoption_pending: AtomicBool::new(false),
             poller_thread: std::sync::OnceLock::new(),
             role,
             dispatch,
@@ -107,7 +110,10 @@ impl Endpoint {
             links.insert(conn.link.id(), Arc::clone(&conn));
             *self.snapshot.write() = links.values().cloned().collect();
         }
-        // Completions may have arrived before the link was registered.
+        // Completions may have arrived before the link was registered, and be held for it
+        // by whoever polled then: the next poll hands them over. The poller does not sleep
+        // while this is pending, even if another thread holds the poll ownership just now.
+        self.adoption_pending.store(true, Ordering::SeqCst);
         self.cq.wake();
         conn
     }
@@ -150,6 +156,9 @@ impl Endpoint {
     /// (`None`). Returns how many completions were handled.
     pub(crate) fn poll_once(&self) -> Option<usize> {
         let mut guard = self.polling.try_lock()?;
+        // Cleared before polling: a link registered from now on finds this poll's
+        // orphans in place, or sets the flag again.
+        self.adoption_pending.store(false, Ordering::SeqCst);
         Some(guard.with(|state| {
             let mut batch = std::mem::take(&mut state.batch);
             let n = self.cq.poll(&mut batch, 32);
@@ -254,7 +263,9 @@ impl Endpoint {
             if n > 0 {
                 continue;
             }
-            if now.duration_since(last_work) < self.idle_spin {
+            if now.duration_since(last_work) < self.idle_spin
+                || self.adoption_pending.load(Ordering::SeqCst)
+            {
                 std::hint::spin_loop();
                 continue;
             }
