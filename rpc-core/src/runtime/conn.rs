@@ -273,9 +273,13 @@ impl Conn {
         assert_unlocked("posting a frame");
         self.counters.sent(len);
         if let Err(e) = self.link.post_send(buf, len) {
-            tracing::warn!(peer = %self.peer, error = %e, "send failed; closing the connection");
-            self.close();
+            self.send_failed(&e);
         }
+    }
+
+    fn send_failed(&self, e: &crate::Error) {
+        tracing::warn!(peer = %self.peer, error = %e, "send failed; closing the connection");
+        self.close();
     }
 
     fn post_result(
@@ -292,12 +296,27 @@ impl Conn {
         }
     }
 
-    /// Posts what the core has ready, while send slots last.
+    /// Posts what the core has ready, while send slots last, as one batch (over TCP: one
+    /// write for all the segments of a message).
     fn transmit(&self, owned: &mut Owned) {
+        let mut posted = false;
         while owned.core.wants_transmit() {
             match owned.core.poll_transmit(&mut || self.link.alloc_send()) {
-                Some((buf, len)) => self.post(buf, len),
+                Some((buf, len)) => {
+                    assert_unlocked("posting a frame");
+                    self.counters.sent(len);
+                    if let Err(e) = self.link.post_send_batched(buf, len) {
+                        self.send_failed(&e);
+                        return;
+                    }
+                    posted = true;
+                }
                 None => break,
+            }
+        }
+        if posted {
+            if let Err(e) = self.link.flush_sends() {
+                self.send_failed(&e);
             }
         }
     }

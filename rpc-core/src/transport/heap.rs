@@ -292,6 +292,14 @@ pub(crate) trait HeapLink: Send + Sync + 'static {
     /// Moves the first `len` bytes of `buf` to the peer as one frame; the slot returns to its
     /// pool when the transport drops `buf` (at once, or once the frame is written).
     fn transmit(&self, buf: SendBuf, len: usize) -> Result<(), Error>;
+    /// Queues a frame for the next [`HeapLink::flush`] (default: transmits it at once).
+    fn transmit_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        self.transmit(buf, len)
+    }
+    /// Sends what [`HeapLink::transmit_batched`] queued (default: nothing is queued).
+    fn flush(&self) -> Result<(), Error> {
+        Ok(())
+    }
     /// Tears the link down (idempotent); a `Closed` completion follows.
     fn shutdown(&self);
 }
@@ -311,6 +319,22 @@ impl<T: HeapLink> Link for T {
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
         let result = self.transmit(buf, len);
+        if result.is_err() {
+            self.shutdown();
+        }
+        result
+    }
+
+    fn post_send_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        let result = self.transmit_batched(buf, len);
+        if result.is_err() {
+            self.shutdown();
+        }
+        result
+    }
+
+    fn flush_sends(&self) -> Result<(), Error> {
+        let result = self.flush();
         if result.is_err() {
             self.shutdown();
         }

@@ -34,6 +34,17 @@ pub trait Link: Send + Sync + 'static {
     /// Posts the first `len` bytes of `buf` as one frame. The slot returns to the free pool
     /// once the transport is done with it (for verbs: at the send completion).
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error>;
+    /// Like [`Link::post_send`], but the transport may hold the frame until
+    /// [`Link::flush_sends`], which the caller must call after its last post of a batch, so
+    /// that the frames of a segmented message go out in one system call. Default: posts at
+    /// once.
+    fn post_send_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        self.post_send(buf, len)
+    }
+    /// Sends what [`Link::post_send_batched`] held. Default: nothing is held.
+    fn flush_sends(&self) -> Result<(), Error> {
+        Ok(())
+    }
     /// Receive slots re-posted since the last call: the credits owed to the peer.
     fn take_reposted(&self) -> u32;
     /// Parameters this side announced in its HELLO.

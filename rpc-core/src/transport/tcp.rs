@@ -203,6 +203,22 @@ enum Wrote {
 
 impl TcpConn {
     fn post(self: &Arc<Self>, buf: SendBuf, len: usize) -> Result<(), Error> {
+        self.enqueue(buf, len)?;
+        self.flush_posted()
+    }
+
+    /// Writes what `enqueue` queued, unless the I/O thread has taken over the writing.
+    fn flush_posted(self: &Arc<Self>) -> Result<(), Error> {
+        // Pairs with the writer's fence between letting go and re-checking the queue.
+        fence(Ordering::SeqCst);
+        if self.stalled.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.flush(false).map(drop).map_err(Error::Io)
+    }
+
+    /// Puts a frame in the write queue (checked against the link's bounds) without writing.
+    fn enqueue(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::ConnectionClosed("the link is closed".to_string()));
         }
@@ -228,12 +244,7 @@ impl TcpConn {
                 self.bound
             )));
         }
-        // Pairs with the writer's fence between letting go and re-checking the queue.
-        fence(Ordering::SeqCst);
-        if self.stalled.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.flush(false).map(drop).map_err(Error::Io)
+        Ok(())
     }
 
     /// Writes queued frames while this thread can own the writer. A poster that meets a full
@@ -342,6 +353,14 @@ impl HeapLink for TcpLink {
 
     fn transmit(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
         self.conn.post(buf, len)
+    }
+
+    fn transmit_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        self.conn.enqueue(buf, len)
+    }
+
+    fn flush(&self) -> Result<(), Error> {
+        self.conn.flush_posted()
     }
 
     fn shutdown(&self) {
