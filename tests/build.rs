@@ -1,5 +1,6 @@
 //! Generates the code the tests compile against: the tricky protos of `proto/tricky` (which
-//! exist to break the code generator), the demo protos and the integration-test proto.
+//! exist to break the code generator), the demo protos, the integration-test proto and gRPC's
+//! interop contract (`proto/grpc/testing`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,12 @@ fn main() {
         Err(err) => panic!("cannot list {}: {err}", tricky.display()),
     };
     protos.sort();
-    for file in ["calculator.proto", "echo.proto", "testing.proto"] {
+    for file in [
+        "calculator.proto",
+        "echo.proto",
+        "testing.proto",
+        "grpc/testing/test.proto",
+    ] {
         protos.push(proto.join(file));
     }
     // A .proto file added to proto/tricky must rerun this script.

@@ -13,6 +13,12 @@ pub mod echo {
     rpc_core::include_proto!("echo");
 }
 
+/// gRPC's interop test contract (`proto/grpc/testing`: package `grpc.testing`).
+#[allow(missing_docs)] // prost-build: messages and fields without `.proto` comments
+pub mod grpc_testing {
+    rpc_core::include_proto!("grpc.testing");
+}
+
 /// The service the integration scenarios drive (`proto/testing.proto`).
 #[allow(missing_docs)] // prost-build: messages and fields without `.proto` comments
 pub mod testing {
