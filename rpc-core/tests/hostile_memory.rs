@@ -9,9 +9,9 @@ use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rpc_core::codegen::{
-    self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
-};
+mod common;
+
+use common::{closed_by_server, Blob, EchoService, METHODS};
 use rpc_core::protocol::v2::{flags, HELLO_LEN};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{Client, Request, RingConfig, Server, TransportKind};
@@ -22,34 +22,6 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// One case at a time: the live-byte count is the whole process's.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Blob {
-    #[prost(bytes = "vec", tag = "1")]
-    data: Vec<u8>,
-}
-
-static METHODS: [MethodDescriptor; 1] = [MethodDescriptor::new(
-    "m.Echo",
-    "Echo",
-    "/m.Echo/Echo",
-    MethodKind::Unary,
-)];
-static SERVICE: ServiceDescriptor = ServiceDescriptor {
-    name: "m.Echo",
-    methods: &METHODS,
-};
-
-struct EchoService;
-
-impl Service for EchoService {
-    fn descriptor(&self) -> &'static ServiceDescriptor {
-        &SERVICE
-    }
-    fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
-        codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
-    }
-}
 
 /// The server's ring: 16 slots of 4 KiB, 16 calls, 64 KiB messages.
 const RING: RingConfig = RingConfig {
@@ -139,14 +111,7 @@ impl Raw {
 
     /// Whether the server closed the connection (EOF or reset) within the read timeout.
     fn closed_by_server(&mut self) -> bool {
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.stream.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) => continue,
-                Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
-            }
-        }
+        closed_by_server(&mut self.stream)
     }
 }
 

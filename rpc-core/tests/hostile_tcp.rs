@@ -9,40 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_core::codegen::{
-    self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
-};
+mod common;
+
+use common::{closed_by_server, Blob, EchoService, METHODS};
 use rpc_core::protocol::v2::{flags, HELLO_LEN};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{Client, Code, Request, RingConfig, Server, TransportKind};
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Blob {
-    #[prost(bytes = "vec", tag = "1")]
-    data: Vec<u8>,
-}
-
-static METHODS: [MethodDescriptor; 1] = [MethodDescriptor::new(
-    "h.Echo",
-    "Echo",
-    "/h.Echo/Echo",
-    MethodKind::Unary,
-)];
-static SERVICE: ServiceDescriptor = ServiceDescriptor {
-    name: "h.Echo",
-    methods: &METHODS,
-};
-
-struct EchoService;
-
-impl Service for EchoService {
-    fn descriptor(&self) -> &'static ServiceDescriptor {
-        &SERVICE
-    }
-    fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
-        codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
-    }
-}
 
 const RING: RingConfig = RingConfig {
     slot_count: 8,
@@ -125,15 +97,7 @@ impl Raw {
 
     /// Whether the server closed the connection (EOF or reset) within the read timeout.
     fn closed_by_server(&mut self) -> bool {
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.stream.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-                Err(_) => return false,
-            }
-        }
+        closed_by_server(&mut self.stream)
     }
 }
 

@@ -6,40 +6,12 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use rpc_core::codegen::{
-    self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
-};
+mod common;
+
+use common::{closed_by_server, Blob, EchoService, METHODS};
 use rpc_core::protocol::v2::HELLO_LEN;
 use rpc_core::protocol::{Hello, HEADER_LEN};
 use rpc_core::{Client, Code, Keepalive, Request, RingConfig, Server, TransportKind};
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Blob {
-    #[prost(bytes = "vec", tag = "1")]
-    data: Vec<u8>,
-}
-
-static METHODS: [MethodDescriptor; 1] = [MethodDescriptor::new(
-    "k.Echo",
-    "Echo",
-    "/k.Echo/Echo",
-    MethodKind::Unary,
-)];
-static SERVICE: ServiceDescriptor = ServiceDescriptor {
-    name: "k.Echo",
-    methods: &METHODS,
-};
-
-struct EchoService;
-
-impl Service for EchoService {
-    fn descriptor(&self) -> &'static ServiceDescriptor {
-        &SERVICE
-    }
-    fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
-        codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
-    }
-}
 
 const FAST: Keepalive = Keepalive {
     interval: Duration::from_millis(200),
@@ -86,15 +58,8 @@ fn a_silent_client_is_disconnected_by_the_server() {
         // Silent from now on: never answers the server's PINGs, never closes.
         raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let started = Instant::now();
-        let mut buf = [0u8; 1024];
-        let eof = loop {
-            match raw.read(&mut buf) {
-                Ok(0) => break true,
-                Ok(_) => continue, // PINGs
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
-                Err(_) => break false,
-            }
-        };
+        // Reads (and drops) the server's PINGs until it hangs up.
+        let eof = closed_by_server(&mut raw);
         assert!(
             eof,
             "the server kept a silent peer for {:?}",

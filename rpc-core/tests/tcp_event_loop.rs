@@ -15,6 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
+mod common;
+
+use common::{closed_by_server, Blob};
 use rpc_core::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
 };
@@ -22,13 +25,6 @@ use rpc_core::protocol::v2::{flags, HELLO_LEN};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{Client, Request, RingConfig, Server, TransportKind};
 use rpc_sync::CountingAllocator;
-
-/// The message of both methods.
-#[derive(Clone, PartialEq, prost::Message)]
-struct Blob {
-    #[prost(bytes = "vec", tag = "1")]
-    data: Vec<u8>,
-}
 
 static METHODS: [MethodDescriptor; 2] = [
     MethodDescriptor::new("ev.Svc", "Echo", "/ev.Svc/Echo", MethodKind::Unary),
@@ -187,19 +183,6 @@ fn raw_echo_connection(addr: &str) -> TcpStream {
             return stream;
         }
         assert_ne!(h.kind, Kind::End, "the call failed: {h:?}");
-    }
-}
-
-/// Whether the server closed `stream` (EOF or reset) before its read timeout.
-fn closed_by_server(stream: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 256];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
     }
 }
 
