@@ -8,7 +8,7 @@
 //! shared by all the loop's sockets, or directly into the slot for the rest of a large
 //! payload) and its completion is pushed to the endpoint's queue; after each read the I/O
 //! thread drives the endpoint itself when no other thread is polling
-//! ([`ChannelCq::drive`]), so a reply is sent without waking the poller. A frame larger than
+//! (`ChannelCq::drive`), so a reply is sent without waking the poller. A frame larger than
 //! the slot size, or a frame for which no slot is posted (a credit overrun), closes the link.
 //!
 //! **HELLO deadline.** Each side writes its HELLO right after connect / accept. The peer's

@@ -44,7 +44,7 @@ pub const MAX_OPS: usize = 1000;
 const MAX_DRAIN: usize = 64;
 /// Most synthesized frames whose later segments are still to be fed.
 const MAX_PENDING: usize = 4;
-/// Whether scripts may send an END frame with the END flag. [`Connection::send`] passes the
+/// Whether scripts may send an END frame with the END flag. [`Connection::send`](super::Connection::send) passes the
 /// flag through into the header, a frame the peer must refuse (`bad-flags`), where it should
 /// refuse the frame as it does END on HEADERS; set once it does.
 const END_FLAG_ON_END: bool = false;
@@ -78,11 +78,11 @@ pub mod op {
     pub const SEND_MESSAGE: u8 = 7;
     /// `call, flags, method, timeout`, a block: sends HEADERS (flags as for MESSAGE).
     pub const SEND_HEADERS: u8 = 8;
-    /// `call, flags, code`, a block: sends END through [`Connection::send`] (flags as for
+    /// `call, flags, code`, a block: sends END through [`Connection::send`](super::Connection::send) (flags as for
     /// MESSAGE).
     pub const SEND_END: u8 = 9;
     /// `call, code, message_len: u16, chars, details, trailers`: a server's
-    /// [`Connection::end_call`].
+    /// [`Connection::end_call`](super::Connection::end_call).
     pub const END_CALL: u8 = 10;
     /// `call, reason`: cancels a call.
     pub const CANCEL: u8 = 11;
@@ -90,7 +90,7 @@ pub mod op {
     pub const PING: u8 = 12;
     /// (none): queues a GOODBYE.
     pub const GOODBYE: u8 = 13;
-    /// `failures`: takes frames out of [`Connection::poll_transmit`]; bit `i % 8` of
+    /// `failures`: takes frames out of [`Connection::poll_transmit`](super::Connection::poll_transmit); bit `i % 8` of
     /// `failures` makes the `i`th allocation fail.
     pub const POLL: u8 = 14;
     /// `len: u16`, then `len % 512` bytes: given to the stand-alone decoders.
