@@ -11,20 +11,14 @@ use rpc_core::protocol::v2::{
     flags, Connection, Event, Header, Hello, Kind, Outgoing, Payload, Role, SendError, Violation,
     HEADER_LEN, HELLO_LEN,
 };
-use rpc_core::{Code, Status};
+use rpc_core::{Code, RingConfig, Status};
 
 const DOC: &str = include_str!("../../docs/PROTOCOL.md");
 
-/// The parameters of section 17 (this implementation's defaults).
-const HELLO: Hello = Hello {
-    slot_count: 64,
-    slot_size: 8192,
-    max_message_size: 4 << 20,
-    max_calls: 128,
-    call_window: 64 << 10,
-    max_metadata_size: 8 << 10,
-};
-const SLOT: usize = 8192;
+/// The parameters of section 17: this implementation's defaults, so the examples fail if the
+/// defaults change and the document does not.
+const HELLO: Hello = RingConfig::DEFAULT.hello();
+const SLOT: usize = RingConfig::DEFAULT.slot_size as usize;
 
 /// FNV-1a method ids of section 5.
 const ADD: u32 = 0x79c7_16c3;

@@ -209,7 +209,7 @@ impl RingConfig {
     };
 
     /// The HELLO announcing this configuration.
-    pub fn hello(&self) -> Hello {
+    pub const fn hello(&self) -> Hello {
         Hello {
             slot_count: self.slot_count,
             slot_size: self.slot_size,
