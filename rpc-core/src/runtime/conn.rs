@@ -269,11 +269,22 @@ impl Conn {
         }
     }
 
-    fn post(&self, buf: SendBuf, len: usize) {
+    /// Posts one frame, at once or (`batched`) held by the link until `flush_sends`; `false`
+    /// if the link failed (it is then closed).
+    fn post(&self, buf: SendBuf, len: usize, batched: bool) -> bool {
         assert_unlocked("posting a frame");
         self.counters.sent(len);
-        if let Err(e) = self.link.post_send(buf, len) {
-            self.send_failed(&e);
+        let posted = if batched {
+            self.link.post_send_batched(buf, len)
+        } else {
+            self.link.post_send(buf, len)
+        };
+        match posted {
+            Ok(()) => true,
+            Err(e) => {
+                self.send_failed(&e);
+                false
+            }
         }
     }
 
@@ -288,7 +299,7 @@ impl Conn {
     ) -> Result<(), SendError> {
         match sent {
             Ok(Some((buf, len))) => {
-                self.post(buf, len);
+                self.post(buf, len, false);
                 Ok(())
             }
             Ok(None) => Ok(()),
@@ -303,10 +314,7 @@ impl Conn {
         while owned.core.wants_transmit() {
             match owned.core.poll_transmit(&mut || self.link.alloc_send()) {
                 Some((buf, len)) => {
-                    assert_unlocked("posting a frame");
-                    self.counters.sent(len);
-                    if let Err(e) = self.link.post_send_batched(buf, len) {
-                        self.send_failed(&e);
+                    if !self.post(buf, len, true) {
                         return;
                     }
                     posted = true;
