@@ -114,17 +114,14 @@ fn raw_echo(addr: &str, seq: usize) -> Result<TcpStream, String> {
         payload: payload.clone(),
     }
     .encode_to_vec();
-    let mut frame = vec![0u8; HEADER_LEN + message.len()];
-    Header {
+    let frame = Header {
         flags: flags::OPEN | flags::END,
         call_id: 1,
         code: rpc_core::codegen::method_id("/echo.Echo/Echo"),
         message_len: message.len() as u32,
-        segment_len: message.len() as u32,
         ..Header::new(Kind::Message)
     }
-    .encode(&mut frame);
-    frame[HEADER_LEN..].copy_from_slice(&message);
+    .to_frame(&message);
     stream.write_all(&frame).map_err(io)?;
     loop {
         let mut header = [0u8; HEADER_LEN];

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{closed_by_server, frame, Blob, EchoService, METHODS};
+use common::{closed_by_server, Blob, EchoService, METHODS};
 use rpc_core::protocol::v2::{flags, HELLO_LEN};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{Client, Request, RingConfig, Server, TransportKind};
@@ -88,7 +88,7 @@ impl Raw {
     /// Sends a frame, spending a credit (the caller decides whether it respects credits).
     fn send(&mut self, h: Header, payload: &[u8]) -> bool {
         self.credits = self.credits.saturating_sub(1);
-        self.stream.write_all(&frame(h, payload)).is_ok()
+        self.stream.write_all(&h.to_frame(payload)).is_ok()
     }
 
     /// Reads one frame (adding the credits it returns); `None` on EOF or error.

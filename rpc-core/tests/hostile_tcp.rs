@@ -11,7 +11,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{closed_by_server, frame, Blob, EchoService, METHODS};
+use common::{closed_by_server, Blob, EchoService, METHODS};
 use rpc_core::protocol::v2::{flags, HELLO_LEN};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{Client, Code, Request, RingConfig, Server, TransportKind};
@@ -66,16 +66,14 @@ impl Raw {
     }
 
     fn request(&mut self, id: u64, method_id: u32, message_len: u32, payload: &[u8]) {
-        self.send(&frame(
-            Header {
-                flags: flags::OPEN | flags::END,
-                call_id: id,
-                code: method_id,
-                message_len,
-                ..Header::new(Kind::Message)
-            },
-            payload,
-        ));
+        let h = Header {
+            flags: flags::OPEN | flags::END,
+            call_id: id,
+            code: method_id,
+            message_len,
+            ..Header::new(Kind::Message)
+        };
+        self.send(&h.to_frame(payload));
     }
 
     /// Reads a call's final frame (an END, or a MESSAGE with END): (call id, status code,
@@ -278,20 +276,18 @@ fn a_unary_call_takes_exactly_one_request_message() {
     });
     // A whole frame of `kind` on call `call_id`; an opening one names the echo method.
     let frame = |kind: Kind, flags: u16, call_id: u64, payload: &[u8]| {
-        frame(
-            Header {
-                flags,
-                call_id,
-                code: if flags & flags::OPEN != 0 {
-                    METHODS[0].id
-                } else {
-                    0
-                },
-                message_len: payload.len() as u32,
-                ..Header::new(kind)
+        Header {
+            flags,
+            call_id,
+            code: if flags & flags::OPEN != 0 {
+                METHODS[0].id
+            } else {
+                0
             },
-            payload,
-        )
+            message_len: payload.len() as u32,
+            ..Header::new(kind)
+        }
+        .to_frame(payload)
     };
 
     // The message, then an empty END as the half-close: served.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use prost::Message as _;
 mod common;
 
-use common::{closed_by_server, frame, Blob};
+use common::{closed_by_server, Blob};
 use rpc_core::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
 };
@@ -141,16 +141,14 @@ fn hello_frame(slot_count: u32, slot_size: u32) -> [u8; HEADER_LEN + HELLO_LEN] 
 /// A unary request frame (OPEN | END) for `method` carrying `message` whole.
 fn request_frame(call_id: u64, method: &MethodDescriptor, message: &Blob) -> Vec<u8> {
     let payload = message.encode_to_vec();
-    frame(
-        Header {
-            flags: flags::OPEN | flags::END,
-            call_id,
-            code: codegen::method_id(method.path),
-            message_len: payload.len() as u32,
-            ..Header::new(Kind::Message)
-        },
-        &payload,
-    )
+    Header {
+        flags: flags::OPEN | flags::END,
+        call_id,
+        code: codegen::method_id(method.path),
+        message_len: payload.len() as u32,
+        ..Header::new(Kind::Message)
+    }
+    .to_frame(&payload)
 }
 
 /// A raw peer that does the HELLO exchange properly and makes one echo call.

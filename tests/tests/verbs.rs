@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpc_core::protocol::v2::flags;
-use rpc_core::protocol::{Header, Kind, HEADER_LEN};
+use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
 use rpc_core::transport::{Completion, Link, RingConfig};
 use rpc_core::{Client, Code, TransportKind};
@@ -312,24 +312,15 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
         }
         panic!("neither a response nor a disconnect within 20 s");
     };
-    let frame = |h: Header, payload: &[u8]| {
-        let mut f = vec![0u8; HEADER_LEN + payload.len()];
-        h.encode(&mut f);
-        f[HEADER_LEN..].copy_from_slice(payload);
-        f
-    };
     let request = |id: u64, method: u32, total: u32, payload: &[u8]| {
-        frame(
-            Header {
-                flags: flags::OPEN | flags::END,
-                call_id: id,
-                code: method,
-                message_len: total,
-                segment_len: payload.len() as u32,
-                ..Header::new(Kind::Message)
-            },
-            payload,
-        )
+        Header {
+            flags: flags::OPEN | flags::END,
+            call_id: id,
+            code: method,
+            message_len: total,
+            ..Header::new(Kind::Message)
+        }
+        .to_frame(payload)
     };
 
     // Unknown method: answered, connection kept.

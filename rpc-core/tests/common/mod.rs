@@ -1,5 +1,5 @@
 //! What the raw-socket and hostile-peer tests share: a hand-written echo service (no code
-//! generation in rpc-core's own tests), frame bytes, and the check that the server hung up.
+//! generation in rpc-core's own tests) and the check that the server hung up.
 
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
@@ -10,7 +10,6 @@ use std::net::TcpStream;
 use rpc_core::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
 };
-use rpc_core::protocol::{Header, HEADER_LEN};
 use rpc_core::Request;
 
 /// The echo service's message.
@@ -56,16 +55,4 @@ pub fn closed_by_server(stream: &mut TcpStream) -> bool {
             Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
         }
     }
-}
-
-/// The bytes of a frame with header `h` and `payload` (`segment_len` set to its length).
-pub fn frame(h: Header, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; HEADER_LEN + payload.len()];
-    Header {
-        segment_len: payload.len() as u32,
-        ..h
-    }
-    .encode(&mut f);
-    f[HEADER_LEN..].copy_from_slice(payload);
-    f
 }

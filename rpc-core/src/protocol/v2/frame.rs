@@ -171,6 +171,20 @@ impl Header {
         self.flags & flag != 0
     }
 
+    /// A whole one-segment frame: this header with `segment_len` set to the length of
+    /// `payload`, then `payload`. For tools and tests; the runtime encodes straight into send
+    /// slots with [`Header::encode`].
+    pub fn to_frame(&self, payload: &[u8]) -> Vec<u8> {
+        let mut frame = vec![0u8; HEADER_LEN + payload.len()];
+        Header {
+            segment_len: payload.len() as u32,
+            ..*self
+        }
+        .encode(&mut frame);
+        frame[HEADER_LEN..].copy_from_slice(payload);
+        frame
+    }
+
     /// Writes the header into the first [`HEADER_LEN`] bytes of `out`.
     ///
     /// # Panics

@@ -541,14 +541,7 @@ fn status_blocks_fit_the_limit() {
 // ----- the violation table: one test per row ------------------------------------------------
 
 fn frame(h: Header, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0u8; HEADER_LEN + payload.len()];
-    Header {
-        segment_len: payload.len() as u32,
-        ..h
-    }
-    .encode(&mut f);
-    f[HEADER_LEN..].copy_from_slice(payload);
-    f
+    h.to_frame(payload)
 }
 
 fn open_msg(id: u64, payload: &[u8]) -> Vec<u8> {

@@ -290,3 +290,26 @@ fn every_violation_row_has_a_test_named_after_it() {
         );
     }
 }
+
+#[test]
+fn to_frame_is_the_header_with_its_segment_length_then_the_payload() {
+    let h = Header {
+        flags: flags::OPEN | flags::END,
+        call_id: 9,
+        code: 77,
+        message_len: 3,
+        segment_len: 1234, // overwritten: a whole frame's segment is its payload
+        ..Header::new(Kind::Message)
+    };
+    let frame = h.to_frame(b"abc");
+    assert_eq!(frame.len(), HEADER_LEN + 3);
+    assert_eq!(&frame[HEADER_LEN..], b"abc");
+    let decoded = Header::decode(&frame).expect("a valid header");
+    assert_eq!(
+        decoded,
+        Header {
+            segment_len: 3,
+            ..h
+        }
+    );
+}
