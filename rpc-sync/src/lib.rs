@@ -12,6 +12,9 @@
 //!   instead of waited for (a connection's protocol state).
 //! - [`CountingAllocator`]: the system allocator, counting allocations and live bytes (for
 //!   benchmarks and memory-bound tests).
+//! - [`Inbox`] and [`Signal`]: a streaming call's received messages, from the connection's
+//!   owner to the thread or task reading them; and the owner's "send the next message" to a
+//!   stream's sender.
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
 //!
@@ -37,6 +40,7 @@
 #[cfg(not(loom))]
 mod counting;
 mod exclusive;
+mod inbox;
 mod lockdep;
 mod locks;
 mod oneshot;
@@ -45,6 +49,7 @@ mod serializer;
 #[cfg(not(loom))]
 pub use counting::CountingAllocator;
 pub use exclusive::{Exclusive, ExclusiveGuard};
+pub use inbox::{Inbox, Pushed, Signal};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
@@ -67,6 +72,21 @@ pub(crate) mod primitive {
 
     #[cfg(not(loom))]
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8};
+
+    /// A short internal lock (never held across a wake or a park): loom's under loom.
+    #[cfg(loom)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+    #[cfg(loom)]
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().expect("never poisoned: nothing panics under it")
+        }
+    }
+    #[cfg(not(loom))]
+    pub(crate) use parking_lot::Mutex;
     #[cfg(not(loom))]
     pub(crate) use std::thread::{current, park, park_timeout, Thread};
 

@@ -7,7 +7,7 @@ use loom::sync::atomic::{fence, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use rpc_sync::{Completed, Exclusive, Oneshot, Serializer};
+use rpc_sync::{Completed, Exclusive, Inbox, Oneshot, Pushed, Serializer, Signal};
 
 /// Two threads take turns owning the data; loom's cell tracking fails the model if two ever
 /// touch it at once.
@@ -165,5 +165,66 @@ fn serializer_runs_every_item_once_and_delivers() {
         let pos = |x| log.iter().position(|&v| v == x).unwrap();
         assert!(pos(1) < pos(2), "one thread's items in order: {log:?}");
         assert_eq!(delivered.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// A producer pushes two messages and closes while the receiver blocks for them: the
+/// receiver gets both, in order, then the end; it never sleeps through a push.
+#[test]
+fn inbox_delivers_in_order_then_ends() {
+    loom::model(|| {
+        let inbox = Arc::new(Inbox::new());
+        let producer = Arc::clone(&inbox);
+        let t = thread::spawn(move || {
+            assert_ne!(producer.push(1u32), Pushed::Refused);
+            assert!(producer.close(Some(2)));
+        });
+        assert_eq!(inbox.recv(None), Some(Some(1)));
+        assert_eq!(inbox.recv(None), Some(Some(2)));
+        assert_eq!(inbox.recv(None), Some(None));
+        t.join().unwrap();
+    });
+}
+
+/// A task polls while the push races its registration: it sees the item or its waker
+/// fires. A receiver that gave up refuses later items.
+#[test]
+fn inbox_task_registration_races_push() {
+    use std::task::{Context, Poll};
+    loom::model(|| {
+        let inbox = Arc::new(Inbox::new());
+        let producer = Arc::clone(&inbox);
+        let (waker, woken) = flag_waker();
+        let mut cx = Context::from_waker(&waker);
+        let t = thread::spawn(move || producer.push(9u32));
+        let first = inbox.poll_recv(&mut cx);
+        let pushed = t.join().unwrap();
+        let got = match first {
+            Poll::Ready(v) => v,
+            Poll::Pending => {
+                assert!(woken.load(Ordering::SeqCst), "pending, and the waker never fired");
+                assert_eq!(pushed, Pushed::Woke);
+                inbox.try_recv().unwrap()
+            }
+        };
+        assert_eq!(got, Some(9));
+        inbox.abandon();
+        assert_eq!(inbox.push(10), Pushed::Refused);
+    });
+}
+
+/// The owner raises the signal while the sender waits for it: the sender always goes on,
+/// and the flag is lowered again for the next message.
+#[test]
+fn signal_wakes_a_waiting_sender() {
+    loom::model(|| {
+        let signal = Arc::new(Signal::new(false));
+        let owner = Arc::clone(&signal);
+        let t = thread::spawn(move || {
+            owner.raise();
+        });
+        assert!(signal.take(None));
+        assert!(!signal.try_take(), "taking lowers the flag");
+        t.join().unwrap();
     });
 }
