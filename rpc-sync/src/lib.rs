@@ -15,6 +15,8 @@
 //! - [`Inbox`] and [`Signal`]: a streaming call's received messages, from the connection's
 //!   owner to the thread or task reading them; and the owner's "send the next message" to a
 //!   stream's sender.
+//! - [`Task`]: a future in one allocation, polled by one thread at a time and handed to a
+//!   [`Schedule`] when woken: how async handlers run without an async runtime.
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
 //!
@@ -45,6 +47,7 @@ mod lockdep;
 mod locks;
 mod oneshot;
 mod serializer;
+mod task;
 
 #[cfg(not(loom))]
 pub use counting::CountingAllocator;
@@ -54,6 +57,7 @@ pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
 pub use serializer::Serializer;
+pub use task::{Runnable, Schedule, Task};
 
 /// Atomics, cells and parking: std's, or loom's under `--cfg loom`.
 pub(crate) mod primitive {

@@ -228,3 +228,95 @@ fn signal_wakes_a_waiting_sender() {
         t.join().unwrap();
     });
 }
+
+/// A future that is pending until a flag is set, counting its polls.
+struct UntilSet {
+    flag: Arc<loom::sync::atomic::AtomicBool>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl std::future::Future for UntilSet {
+    type Output = ();
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        // The other thread holds a waker of the task: no need to keep this one.
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        if self.flag.load(Ordering::SeqCst) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+}
+
+/// A scheduler that runs tasks in a queue drained by the test.
+#[derive(Clone, Default)]
+struct Queue(Arc<loom::sync::Mutex<Vec<std::sync::Arc<dyn rpc_sync::Runnable>>>>);
+
+impl rpc_sync::Schedule for Queue {
+    fn schedule(&self, task: std::sync::Arc<dyn rpc_sync::Runnable>) {
+        self.0.lock().unwrap().push(task);
+    }
+}
+
+/// A wake racing the task's poll is never lost: whether it lands before, during or after
+/// the poll, the task runs again and finishes; it is never queued twice.
+#[test]
+fn task_wake_racing_its_poll_is_not_lost() {
+    use rpc_sync::{Runnable, Task};
+    loom::model(|| {
+        let flag = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let polls = Arc::new(AtomicUsize::new(0));
+        let queue = Queue::default();
+        let task = Task::new(
+            UntilSet {
+                flag: Arc::clone(&flag),
+                polls: Arc::clone(&polls),
+            },
+            queue.clone(),
+        );
+        let waker = std::task::Waker::from(std::sync::Arc::clone(&task));
+        let f = Arc::clone(&flag);
+        let t = thread::spawn(move || {
+            f.store(true, Ordering::SeqCst);
+            waker.wake();
+        });
+        std::sync::Arc::clone(&task).run();
+        t.join().unwrap();
+        loop {
+            let next = queue.0.lock().unwrap().pop();
+            match next {
+                Some(runnable) => runnable.run(),
+                None => break,
+            }
+        }
+        assert!(task.is_done(), "the wake was lost after {} polls, flag {}", polls.load(Ordering::SeqCst), flag.load(Ordering::SeqCst));
+        assert!(queue.0.lock().unwrap().is_empty());
+    });
+}
+
+/// Cancelling an idle task drops its future without polling it again.
+#[test]
+fn task_cancel_drops_the_future() {
+    use rpc_sync::{Runnable, Task};
+    loom::model(|| {
+        let flag = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let polls = Arc::new(AtomicUsize::new(0));
+        let queue = Queue::default();
+        let task = Task::new(
+            UntilSet {
+                flag,
+                polls: Arc::clone(&polls),
+            },
+            queue.clone(),
+        );
+        std::sync::Arc::clone(&task).run();
+        let other = std::sync::Arc::clone(&task);
+        let t = thread::spawn(move || other.cancel());
+        t.join().unwrap();
+        while let Some(r) = queue.0.lock().unwrap().pop() {
+            r.run();
+        }
+        assert!(task.is_done());
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
+    });
+}
