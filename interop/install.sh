@@ -43,6 +43,7 @@ apt_install() {
 stamp_of() { sha256sum "$here/install.sh" "$@" | sha256sum | cut -d' ' -f1; }
 
 # ---- Python: venv with grpcio, and the generated stubs ----
+command -v python3 >/dev/null || apt_install python3
 venv=$out/venv
 gen=$out/python-gen
 protos=("$repo"/proto/grpc/testing/*.proto)

@@ -13,6 +13,12 @@ VENV_PYTHON = os.path.join(INTEROP_DIR, "venv", "bin", "python")
 GEN_DIR = os.path.join(INTEROP_DIR, "python-gen")
 
 
+def fail(message):
+    """A missing install: exit status 2, as for a bad command line."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def load_stubs():
     """Returns (empty_pb2, messages_pb2, test_pb2_grpc, grpc).
 
@@ -25,10 +31,10 @@ def load_stubs():
         if os.path.exists(VENV_PYTHON) and not os.environ.get("INTEROP_REEXEC"):
             os.environ["INTEROP_REEXEC"] = "1"
             os.execv(VENV_PYTHON, [VENV_PYTHON] + sys.argv)
-        sys.exit("grpcio is not installed: run interop/install.sh (venv expected at %s)"
-                 % VENV_PYTHON)
+        fail("grpcio is not installed: run interop/install.sh (venv expected at %s)"
+             % VENV_PYTHON)
     if not os.path.isdir(os.path.join(GEN_DIR, "grpc", "testing")):
-        sys.exit("no generated stubs in %s: run interop/install.sh" % GEN_DIR)
+        fail("no generated stubs in %s: run interop/install.sh" % GEN_DIR)
     # The .proto files are grpc/testing/*.proto, so protoc makes the modules
     # grpc.testing.*_pb2 and they import each other under that name. grpcio owns the
     # `grpc` package and has no `testing` in it: add the generated folder to the
