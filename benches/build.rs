@@ -2,7 +2,7 @@
 //! file is parsed in Rust by protox):
 //!
 //! * `OUT_DIR/ours/echo.rs`: prost messages plus rpc-core's client and server stubs
-//!   (rpc-codegen);
+//!   (rpc-codegen, synchronous handlers);
 //! * `OUT_DIR/tonic/echo.rs`: prost messages plus tonic's client and server
 //!   (tonic-prost-build, fed the protox-parsed descriptor set).
 
@@ -14,7 +14,9 @@ const INCLUDE: &str = "../proto";
 fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
+    // Synchronous handlers: the unary benchmarks measure the lowest-latency path.
     if let Err(err) = rpc_codegen::configure()
+        .sync_handlers(true)
         .out_dir(out_dir.join("ours"))
         .compile_protos(&[PROTO], &[INCLUDE])
     {

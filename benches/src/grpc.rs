@@ -22,7 +22,7 @@ use crate::payload::Payload;
 use crate::report::{LoadParams, LoadResult, Tally};
 use crate::tonic_echo::echo_client::EchoClient;
 use crate::tonic_echo::echo_server::{Echo, EchoServer};
-use crate::tonic_echo::{EchoReply, EchoRequest};
+use crate::tonic_echo::{EchoRepeatRequest, EchoReply, EchoRequest};
 
 /// Per-call timeout of the load client (as for the other systems).
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,6 +40,19 @@ impl Echo for TonicEcho {
         Ok(tonic::Response::new(EchoReply {
             payload: request.into_inner().payload,
         }))
+    }
+
+    type EchoRepeatStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<EchoReply, tonic::Status>> + Send + 'static>,
+    >;
+
+    async fn echo_repeat(
+        &self,
+        request: tonic::Request<EchoRepeatRequest>,
+    ) -> Result<tonic::Response<Self::EchoRepeatStream>, tonic::Status> {
+        let EchoRepeatRequest { payload, count, .. } = request.into_inner();
+        let replies = std::iter::repeat_n(Ok(EchoReply { payload }), count as usize);
+        Ok(tonic::Response::new(Box::pin(tokio_stream::iter(replies))))
     }
 }
 

@@ -164,7 +164,8 @@ pub fn run(args: &IdleArgs) -> Result<IdleResult, String> {
             .echo(EchoRequest {
                 payload: payload.request(seq),
             })
-            .map_err(|status| format!("connection {i}: the call failed: {status}"))?;
+            .map_err(|status| format!("connection {i}: the call failed: {status}"))?
+            .into_inner();
         if !payload.matches(seq, &reply.payload) {
             return Err(format!(
                 "connection {i}: the reply differs from the request"

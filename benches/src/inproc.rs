@@ -91,7 +91,7 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
         let request = EchoRequest {
             payload: payload.request(seq),
         };
-        match echo.echo(request) {
+        match echo.echo(request).map(rpc_core::Response::into_inner) {
             Ok(reply) if payload.matches(seq, &reply.payload) => {}
             Ok(_) => failed += 1,
             Err(status) => {

@@ -17,11 +17,13 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use rpc_core::{Client, Error, Execution, Request, ResponseFuture, Server, Status, TransportKind};
+use rpc_core::{
+    Client, Error, Execution, Request, Response, ResponseFuture, Server, Status, TransportKind,
+};
 
 use crate::echo::echo_client::EchoClient;
 use crate::echo::echo_server::{Echo, EchoServer};
-use crate::echo::{EchoReply, EchoRequest};
+use crate::echo::{EchoRepeatRequest, EchoReply, EchoRequest};
 use crate::payload::Payload;
 use crate::report::{LoadParams, LoadResult, Tally};
 
@@ -34,10 +36,21 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct EchoService;
 
 impl Echo for EchoService {
-    fn echo(&self, request: Request<EchoRequest>) -> Result<EchoReply, Status> {
-        Ok(EchoReply {
+    fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+        Ok(Response::new(EchoReply {
             payload: request.into_inner().payload,
-        })
+        }))
+    }
+
+    type EchoRepeatStream = std::iter::RepeatN<Result<EchoReply, Status>>;
+
+    fn echo_repeat(
+        &self,
+        request: Request<EchoRepeatRequest>,
+    ) -> Result<Response<Self::EchoRepeatStream>, Status> {
+        let EchoRepeatRequest { payload, count, .. } = request.into_inner();
+        let reply = Ok(EchoReply { payload });
+        Ok(Response::new(std::iter::repeat_n(reply, count as usize)))
     }
 }
 
@@ -168,7 +181,7 @@ fn blocking_calls(
             payload: payload.request(seq),
         };
         let start = Instant::now();
-        let result = echo.echo(request);
+        let result = echo.echo(request).map(Response::into_inner);
         let latency = start.elapsed();
         check(payload, seq, result, latency, measured, tally);
         if tally.gave_up() {
@@ -203,7 +216,7 @@ fn windowed_calls(
         next += 1;
     }
     while let Some((seq, start, future)) = window.pop_front() {
-        let result = future.wait();
+        let result = future.wait().map(Response::into_inner);
         let latency = start.elapsed();
         check(payload, seq, result, latency, measured, tally);
         if tally.gave_up() {

@@ -32,7 +32,7 @@
 //! `<service>_server` module with the trait to implement and the server wrapper.
 //!
 //! ```no_run
-//! use rpc_examples::calc::{calculator_client::CalculatorClient, AddRequest};
+//! use rpc_examples::calc::{calculator_client::CalculatorClient, AddRequest, SumRequest};
 //! use rpc_examples::calc::calculator_server::CalculatorServer;
 //! use rpc_examples::services::CalculatorService;
 //!
@@ -45,7 +45,10 @@
 //!     .transport(rpc_core::TransportKind::Tcp)
 //!     .connect("127.0.0.1:50051")?;
 //! let calc = CalculatorClient::new(client);
-//! assert_eq!(calc.add(AddRequest { a: 7, b: 5 })?.value, 12);
+//! assert_eq!(calc.add(AddRequest { a: 7, b: 5 })?.into_inner().value, 12);
+//! // Client streaming: the numbers go out as a stream, one reply comes back.
+//! let numbers = (1..=4).map(|value| SumRequest { value });
+//! assert_eq!(calc.sum(numbers)?.into_inner().total, 10);
 //! server.shutdown();
 //! # Ok(())
 //! # }

@@ -10,10 +10,10 @@ use rpc_core::codegen::Code;
 use rpc_core::TransportKind;
 use rpc_examples::calc::calculator_client::CalculatorClient;
 use rpc_examples::calc::calculator_server::CalculatorServer;
-use rpc_examples::calc::{DivideRequest, EvaluateRequest, MultiplyRequest};
+use rpc_examples::calc::{DivideRequest, EvaluateRequest, MultiplyRequest, SumRequest};
 use rpc_examples::echo::echo_client::EchoClient;
 use rpc_examples::echo::echo_server::EchoServer;
-use rpc_examples::echo::EchoRequest;
+use rpc_examples::echo::{EchoRepeatRequest, EchoReply, EchoRequest};
 use rpc_examples::services::{CalculatorService, EchoService};
 
 fn tcp_client(addr: &str) -> rpc_core::Client {
@@ -34,10 +34,16 @@ fn calculator_service_over_tcp() {
     let calc = CalculatorClient::new(tcp_client(server.local_addr()));
 
     assert_eq!(
-        calc.multiply(MultiplyRequest { a: 6, b: 7 }).unwrap().value,
+        calc.multiply(MultiplyRequest { a: 6, b: 7 })
+            .unwrap()
+            .into_inner()
+            .value,
         42
     );
-    let d = calc.divide(DivideRequest { a: -7, b: 2 }).unwrap();
+    let d = calc
+        .divide(DivideRequest { a: -7, b: 2 })
+        .unwrap()
+        .into_inner();
     assert_eq!((d.quotient, d.remainder), (-3, -1));
     let status = calc.divide(DivideRequest { a: 1, b: 0 }).unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -48,7 +54,7 @@ fn calculator_service_over_tcp() {
             expression: s.to_owned(),
         })
     };
-    assert_eq!(eval("2 * (3 + 4) ^ 2").unwrap().value, 98.0);
+    assert_eq!(eval("2 * (3 + 4) ^ 2").unwrap().into_inner().value, 98.0);
     let status = eval("2 + * 3").unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert_eq!(
@@ -57,6 +63,34 @@ fn calculator_service_over_tcp() {
     );
     let hostile = "(".repeat(4000);
     assert_eq!(eval(&hostile).unwrap_err().code(), Code::InvalidArgument);
+
+    // Client streaming: the sum of a stream, blocking and async.
+    let numbers = (1..=100).map(|value| SumRequest { value });
+    let sum = calc.sum(numbers).expect("sum").into_inner();
+    assert_eq!((sum.total, sum.count), (5050, 100));
+    let overflow = calc.sum(vec![
+        SumRequest { value: i64::MAX },
+        SumRequest { value: 1 },
+    ]);
+    assert_eq!(overflow.unwrap_err().code(), Code::OutOfRange);
+    let sum = futures::executor::block_on(calc.sum_async(futures::stream::iter(
+        (1..=10).map(|value| SumRequest { value }),
+    )))
+    .expect("sum_async")
+    .into_inner();
+    assert_eq!(sum.total, 55);
+
+    // Bidirectional: each number answered with the running total before the next is sent.
+    let mut running = calc.running_total(()).expect("running total opens");
+    let mut expected = 0;
+    for value in [5, -2, 10] {
+        running.send(&SumRequest { value }).expect("send");
+        expected += value;
+        let step = running.recv().expect("a total").expect("not the end");
+        assert_eq!(step.total, expected);
+    }
+    running.close_send();
+    assert_eq!(running.recv().expect("ends OK"), None);
     server.shutdown();
 }
 
@@ -74,9 +108,24 @@ fn echo_service_inline_over_tcp() {
             .echo(EchoRequest {
                 payload: payload.clone(),
             })
-            .unwrap_or_else(|s| panic!("echo of {size} bytes: {s}"));
+            .unwrap_or_else(|s| panic!("echo of {size} bytes: {s}"))
+            .into_inner();
         assert_eq!(reply.payload, payload, "echo of {size} bytes");
     }
+    // Server streaming: every copy, in order, then the end.
+    let copies: Vec<EchoReply> = echo
+        .echo_repeat(EchoRepeatRequest {
+            payload: b"again".to_vec(),
+            count: 1000,
+            interval_ms: 0,
+        })
+        .expect("echo_repeat")
+        .into_inner()
+        .into_blocking_iter()
+        .collect::<Result<_, _>>()
+        .expect("all copies");
+    assert_eq!(copies.len(), 1000);
+    assert!(copies.iter().all(|c| c.payload == b"again"));
     server.shutdown();
 }
 

@@ -128,6 +128,7 @@ pub fn configure() -> Builder {
     Builder {
         build_client: true,
         build_server: true,
+        sync_handlers: false,
         out_dir: None,
         emit_rerun_if_changed: true,
         config: prost_build::Config::new(),
@@ -139,6 +140,7 @@ pub fn configure() -> Builder {
 pub struct Builder {
     build_client: bool,
     build_server: bool,
+    sync_handlers: bool,
     out_dir: Option<PathBuf>,
     emit_rerun_if_changed: bool,
     config: prost_build::Config,
@@ -154,6 +156,18 @@ impl Builder {
     /// Whether to generate the `<service>_server` modules (default: yes).
     pub fn build_server(mut self, enable: bool) -> Self {
         self.build_server = enable;
+        self
+    }
+
+    /// Generates plain (blocking) handler functions instead of async ones (default: async).
+    ///
+    /// Async handlers are the default because they are what tonic users write and what a
+    /// handler that calls another service, a database or a timer needs: awaiting parks no
+    /// thread. A sync handler saves the task (one allocation) and runs on its worker thread
+    /// from start to end: the lowest latency for handlers that never wait, at the cost of a
+    /// blocked worker for those that do.
+    pub fn sync_handlers(mut self, enable: bool) -> Self {
+        self.sync_handlers = enable;
         self
     }
 
@@ -237,6 +251,7 @@ impl Builder {
         let emit = Emit {
             client: self.build_client,
             server: self.build_server,
+            sync_handlers: self.sync_handlers,
         };
         if emit.client || emit.server {
             self.config

@@ -102,8 +102,8 @@ fn names_and_collisions() {
         "IntoRequest<super::super::other::Msg>",
         "ResponseFuture<()>",
         "IntoRequest<super::outer::Middle>",
-        "::core::result::Result<super::outer::middle::Inner,",
-        "::core::result::Result<::prost_types::Timestamp,",
+        "Response<super::outer::middle::Inner>",
+        "Response<::prost_types::Timestamp>",
         // A message's nested-type module took `clash_client`; `FooBar` came before `foo_bar`.
         "pub mod clash_client",
         "pub mod clash2_client",
@@ -115,8 +115,9 @@ fn names_and_collisions() {
         "/// Client streaming.",
         "\"/tricky.Keywords/FooAsync\"",
         "::rpc_core::codegen::MethodKind::BidiStreaming",
-        "requests: impl ::core::iter::IntoIterator<Item = ()>",
-        "::core::result::Result<::std::vec::Vec<::prost_types::Timestamp>,",
+        "requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = ()>",
+        "StreamingCall<(), ::prost_types::Timestamp>",
+        "type ChatStream:",
     ] {
         assert!(has(&tricky, expected), "tricky.rs lacks `{expected}`");
     }

@@ -58,6 +58,9 @@ pub enum Error {
     /// An address that could not be parsed or resolved.
     #[error("invalid address `{0}`")]
     InvalidAddress(String),
+    /// A metadata name or value that cannot be sent (see [`crate::MetadataMap`]).
+    #[error("invalid metadata {0}")]
+    InvalidMetadata(String),
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

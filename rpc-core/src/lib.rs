@@ -47,6 +47,7 @@
 
 pub mod codegen;
 mod error;
+mod metadata;
 pub mod protocol;
 mod request;
 mod runtime;
@@ -54,10 +55,14 @@ mod status;
 pub mod transport;
 
 pub use error::Error;
-pub use request::{IntoRequest, Request};
-pub use runtime::client::{Client, ClientBuilder, ResponseFuture, DEFAULT_CONNECT_TIMEOUT};
+pub use metadata::MetadataMap;
+pub use request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response};
+pub use runtime::client::{
+    Client, ClientBuilder, ResponseFuture, StreamingCall, DEFAULT_CONNECT_TIMEOUT,
+};
 pub use runtime::conn::Keepalive;
 pub use runtime::server::{Execution, IncomingRequest, ReplySink, Server, ServerBuilder};
+pub use runtime::streaming::{BlockingIter, Streaming};
 pub use runtime::transport_select::TransportKind;
 #[doc(hidden)]
 pub use runtime::wakeups_issued;

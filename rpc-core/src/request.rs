@@ -1,24 +1,29 @@
-//! [`Request`]: a message plus call metadata (timeout, peer), as handlers and callers see it.
+//! [`Request`] and [`Response`]: a message plus the call's metadata, as handlers and callers
+//! see them (tonic's shapes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A request message with its call metadata. Clients build one to set a per-call timeout
-/// (`Request::new(msg).with_timeout(d)`); handlers receive one and can read the deadline and
-/// the peer.
+use crate::MetadataMap;
+
+/// A request message with its call metadata. Clients build one to set a per-call timeout or
+/// metadata (`Request::new(msg).with_timeout(d)`); handlers receive one and can read the
+/// deadline, the metadata and the peer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request<T> {
     message: T,
+    metadata: MetadataMap,
     timeout: Option<Duration>,
     deadline: Option<Instant>,
     peer: Option<Arc<str>>,
 }
 
 impl<T> Request<T> {
-    /// A request with no timeout.
+    /// A request with no timeout and no metadata.
     pub fn new(message: T) -> Request<T> {
         Request {
             message,
+            metadata: MetadataMap::new(),
             timeout: None,
             deadline: None,
             peer: None,
@@ -51,6 +56,16 @@ impl<T> Request<T> {
         self.peer.as_deref()
     }
 
+    /// The request metadata (headers).
+    pub fn metadata(&self) -> &MetadataMap {
+        &self.metadata
+    }
+
+    /// The request metadata, mutably (a client adds headers here).
+    pub fn metadata_mut(&mut self) -> &mut MetadataMap {
+        &mut self.metadata
+    }
+
     /// The message.
     pub fn get_ref(&self) -> &T {
         &self.message
@@ -66,9 +81,33 @@ impl<T> Request<T> {
         self.message
     }
 
-    pub(crate) fn from_incoming(message: T, deadline: Option<Instant>, peer: Arc<str>) -> Self {
+    /// The same metadata around another message.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Request<U> {
+        Request {
+            message: f(self.message),
+            metadata: self.metadata,
+            timeout: self.timeout,
+            deadline: self.deadline,
+            peer: self.peer,
+        }
+    }
+
+    /// Splits off the message, keeping the rest around `()`.
+    pub fn into_parts(self) -> (Request<()>, T) {
+        let mut message = None;
+        let rest = self.map(|m| message = Some(m));
+        (rest, message.expect("just set"))
+    }
+
+    pub(crate) fn from_incoming(
+        message: T,
+        metadata: MetadataMap,
+        deadline: Option<Instant>,
+        peer: Arc<str>,
+    ) -> Self {
         Request {
             message,
+            metadata,
             timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),
             deadline,
             peer: Some(peer),
@@ -91,6 +130,145 @@ impl<T> IntoRequest<T> for T {
 
 impl<T> IntoRequest<T> for Request<T> {
     fn into_request(self) -> Request<T> {
+        self
+    }
+}
+
+/// A response message (or stream) with its metadata: the response headers, and for a call
+/// that answers with one message, the trailers the server sent with its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response<T> {
+    message: T,
+    metadata: MetadataMap,
+    trailers: MetadataMap,
+}
+
+impl<T> Response<T> {
+    /// A response with no metadata.
+    pub fn new(message: T) -> Response<T> {
+        Response {
+            message,
+            metadata: MetadataMap::new(),
+            trailers: MetadataMap::new(),
+        }
+    }
+
+    /// The response headers.
+    pub fn metadata(&self) -> &MetadataMap {
+        &self.metadata
+    }
+
+    /// The response headers, mutably (a handler adds headers here).
+    pub fn metadata_mut(&mut self) -> &mut MetadataMap {
+        &mut self.metadata
+    }
+
+    /// The trailers sent with the final status (unary and client-streaming calls; a
+    /// response stream has them at its end: `Streaming::trailers`).
+    pub fn trailers(&self) -> &MetadataMap {
+        &self.trailers
+    }
+
+    /// The trailers, mutably (a handler adds trailers here).
+    pub fn trailers_mut(&mut self) -> &mut MetadataMap {
+        &mut self.trailers
+    }
+
+    /// The message.
+    pub fn get_ref(&self) -> &T {
+        &self.message
+    }
+
+    /// The message, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.message
+    }
+
+    /// Consumes the response, returning the message.
+    pub fn into_inner(self) -> T {
+        self.message
+    }
+
+    /// The same metadata around another message.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Response<U> {
+        Response {
+            message: f(self.message),
+            metadata: self.metadata,
+            trailers: self.trailers,
+        }
+    }
+
+    /// The message, the headers and the trailers.
+    pub fn into_parts(self) -> (MetadataMap, T, MetadataMap) {
+        (self.metadata, self.message, self.trailers)
+    }
+
+    /// A response from its parts.
+    pub fn from_parts(metadata: MetadataMap, message: T, trailers: MetadataMap) -> Response<T> {
+        Response {
+            message,
+            metadata,
+            trailers,
+        }
+    }
+}
+
+/// What an async client-streaming or bidirectional call accepts as its requests: a
+/// `Stream` of messages, or a [`Request`] wrapping one (for metadata and a timeout).
+pub trait IntoStreamingRequest {
+    /// The request message type.
+    type Message;
+    /// The stream of messages.
+    type Stream: futures_core::Stream<Item = Self::Message> + Send + 'static;
+    /// Wraps into a [`Request`].
+    fn into_streaming_request(self) -> Request<Self::Stream>;
+}
+
+impl<S> IntoStreamingRequest for S
+where
+    S: futures_core::Stream + Send + 'static,
+{
+    type Message = S::Item;
+    type Stream = S;
+    fn into_streaming_request(self) -> Request<S> {
+        Request::new(self)
+    }
+}
+
+impl<S> IntoStreamingRequest for Request<S>
+where
+    S: futures_core::Stream + Send + 'static,
+{
+    type Message = S::Item;
+    type Stream = S;
+    fn into_streaming_request(self) -> Request<S> {
+        self
+    }
+}
+
+/// What a blocking client-streaming call accepts as its requests: anything iterable (a
+/// `Vec`, an iterator, a channel's receiver), or a [`Request`] wrapping it.
+pub trait IntoIterRequest {
+    /// The request message type.
+    type Message;
+    /// The messages.
+    type Iter: IntoIterator<Item = Self::Message>;
+    /// Wraps into a [`Request`].
+    fn into_iter_request(self) -> Request<Self::Iter>;
+}
+
+impl<I: IntoIterator> IntoIterRequest for I {
+    type Message = I::Item;
+    type Iter = I;
+    fn into_iter_request(self) -> Request<I> {
+        Request::new(self)
+    }
+}
+
+impl<I: IntoIterator> IntoIterRequest for Request<I> {
+    type Message = I::Item;
+    type Iter = I;
+    fn into_iter_request(self) -> Request<I> {
         self
     }
 }

@@ -1,7 +1,9 @@
-//! [`Status`]: the outcome of a call, a gRPC status code plus a message, carried on the wire in
-//! RESPONSE frames (see `docs/PROTOCOL.md`).
+//! [`Status`]: the outcome of a call, a gRPC status code plus a message, details and metadata,
+//! carried on the wire in END frames (see `docs/PROTOCOL.md`).
 
 use std::fmt;
+
+use crate::MetadataMap;
 
 /// gRPC status codes, with the same numbers as gRPC so statuses map one to one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,13 +102,15 @@ impl fmt::Display for Code {
     }
 }
 
-/// The outcome of a failed call: a [`Code`], a human-readable message and optional binary
-/// details (by convention a serialized `google.rpc.Status`). All three cross the wire.
+/// The outcome of a failed call: a [`Code`], a human-readable message, optional binary
+/// details (by convention a serialized `google.rpc.Status`) and metadata (sent as the call's
+/// trailers). All of it crosses the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     code: Code,
     message: String,
     details: Vec<u8>,
+    metadata: MetadataMap,
 }
 
 macro_rules! status_constructors {
@@ -164,7 +168,24 @@ impl Status {
             code,
             message: message.into(),
             details: Vec::new(),
+            metadata: MetadataMap::new(),
         }
+    }
+
+    /// The same status with `metadata` (sent as trailers).
+    pub fn with_metadata(mut self, metadata: MetadataMap) -> Status {
+        self.metadata = metadata;
+        self
+    }
+
+    /// The metadata (a client sees the call's trailers here).
+    pub fn metadata(&self) -> &MetadataMap {
+        &self.metadata
+    }
+
+    /// The metadata, mutably.
+    pub fn metadata_mut(&mut self) -> &mut MetadataMap {
+        &mut self.metadata
     }
 
     /// The same status with binary `details` (sent as `grpc-status-details-bin`).

@@ -54,7 +54,8 @@ fn good_call(addr: &str) {
     };
     let echoed: Blob = client
         .unary(&METHODS[0], Request::new(blob.clone()))
-        .expect("a good client is served");
+        .expect("a good client is served")
+        .into_inner();
     assert_eq!(echoed, blob);
 }
 

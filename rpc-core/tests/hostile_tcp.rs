@@ -121,7 +121,8 @@ fn hostile_peers_never_disturb_a_good_client() {
                 };
                 let r: Blob = client
                     .unary(&METHODS[0], Request::new(blob.clone()))
-                    .expect("the good client's call");
+                    .expect("the good client's call")
+                    .into_inner();
                 assert_eq!(r, blob);
                 if n == 0 {
                     let _ = first_call.send(());
@@ -258,7 +259,8 @@ fn hostile_peers_never_disturb_a_good_client() {
     assert_eq!(
         client
             .unary::<Blob, Blob>(&METHODS[0], Request::new(blob.clone()))
-            .unwrap(),
+            .unwrap()
+            .into_inner(),
         blob
     );
     server.shutdown();

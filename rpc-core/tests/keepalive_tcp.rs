@@ -109,11 +109,11 @@ fn a_healthy_idle_connection_is_kept() {
             data: b"still here".to_vec(),
         };
         let call = || client.unary::<Blob, Blob>(&METHODS[0], Request::new(blob.clone()));
-        assert_eq!(call().unwrap(), blob);
+        assert_eq!(call().unwrap().into_inner(), blob);
         // Idle for three times what it takes to declare a peer dead.
         std::thread::sleep(3 * (FAST.interval + FAST.timeout));
         assert_eq!(server.connections(), 1, "the idle connection was kept");
-        assert_eq!(call().unwrap(), blob);
+        assert_eq!(call().unwrap().into_inner(), blob);
         assert_eq!(server.connections(), 1, "no reconnect was needed");
         server.shutdown();
     });

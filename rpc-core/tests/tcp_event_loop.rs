@@ -23,7 +23,7 @@ use rpc_core::codegen::{
 };
 use rpc_core::protocol::v2::{flags, HELLO_LEN};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
-use rpc_core::{Client, Request, RingConfig, Server, TransportKind};
+use rpc_core::{Client, Request, Response, RingConfig, Server, TransportKind};
 use rpc_sync::CountingAllocator;
 
 static METHODS: [MethodDescriptor; 2] = [
@@ -47,12 +47,14 @@ impl Service for TestService {
     }
     fn call(&self, method: usize, request: IncomingRequest, reply: ReplySink) {
         if method == 0 {
-            codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
+            codegen::unary(request, reply, |r: Request<Blob>| {
+                Ok(Response::new(r.into_inner()))
+            })
         } else {
             codegen::unary(request, reply, |_: Request<Blob>| {
-                Ok(Blob {
+                Ok(Response::new(Blob {
                     data: vec![5; BIG_REPLY],
-                })
+                }))
             })
         }
     }
@@ -114,7 +116,8 @@ fn good_call(client: &Client, len: usize) {
     let blob = Blob { data: vec![7; len] };
     let echoed: Blob = client
         .unary(&METHODS[0], Request::new(blob.clone()))
-        .expect("a good client is served");
+        .expect("a good client is served")
+        .into_inner();
     assert_eq!(echoed, blob);
 }
 

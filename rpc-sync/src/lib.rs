@@ -86,7 +86,9 @@ pub(crate) mod primitive {
             Mutex(loom::sync::Mutex::new(value))
         }
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
-            self.0.lock().expect("never poisoned: nothing panics under it")
+            self.0
+                .lock()
+                .expect("never poisoned: nothing panics under it")
         }
     }
     #[cfg(not(loom))]

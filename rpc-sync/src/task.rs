@@ -28,6 +28,11 @@ pub trait Schedule: Send + Sync + 'static {
     /// Queues `task`; some thread calls [`Runnable::run`] on it later. Called at most once
     /// per wake-up that finds the task idle, so the queue holds each task at most once.
     fn schedule(&self, task: Arc<dyn Runnable>);
+
+    /// The task's future panicked while polled; it was dropped (default: nothing more).
+    fn panicked(&self, panic: Box<dyn std::any::Any + Send>) {
+        drop(panic);
+    }
 }
 
 /// A task as a scheduler sees it.
@@ -76,16 +81,17 @@ where
     }
 
     fn drop_future(&self) {
-        // SAFETY: called by the runner only, which owns `future` while `RUNNING`.
-        let future = self.future.with_mut(|f| unsafe { (*f).take() });
-        drop(future);
+        // SAFETY: called by the runner only, which owns `future` while `RUNNING`. Assigning
+        // drops the future where it is, as its pinning requires (it is never moved out).
+        self.future.with_mut(|f| unsafe { *f = None });
         // A swap, not a store: a wake may be changing the state at the same time.
         self.state.swap(DONE, Ordering::AcqRel);
     }
 
     fn wake_task(self: &Arc<Self>) {
         if self.note_wake() {
-            self.scheduler.schedule(Arc::clone(self) as Arc<dyn Runnable>);
+            self.scheduler
+                .schedule(Arc::clone(self) as Arc<dyn Runnable>);
         }
     }
 }
@@ -135,16 +141,28 @@ where
                 self.drop_future();
                 return;
             }
-            // SAFETY: this thread moved the state to `RUNNING`: nobody else touches
-            // `future`. The future lives inside the task's `Arc` allocation and is never
-            // moved out while `Some` (only dropped in place by `take` after it finished or
-            // was cancelled), so pinning it there is sound.
-            let ready = self.future.with_mut(|f| unsafe {
-                match (*f).as_mut() {
-                    Some(fut) => Pin::new_unchecked(fut).poll(&mut cx).is_ready(),
-                    None => true,
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: this thread moved the state to `RUNNING`: nobody else touches
+                // `future`. The future lives inside the task's `Arc` allocation and is never
+                // moved: it is dropped in place (`drop_future`) once finished, panicked or
+                // cancelled, so pinning it there is sound.
+                self.future.with_mut(|f| unsafe {
+                    match (*f).as_mut() {
+                        Some(fut) => Pin::new_unchecked(fut).poll(&mut cx).is_ready(),
+                        None => true,
+                    }
+                })
+            }));
+            let ready = match polled {
+                Ok(ready) => ready,
+                Err(panic) => {
+                    // A panicked future is not polled again: drop it (its drop runs its
+                    // clean-up, such as answering the call).
+                    self.drop_future();
+                    self.scheduler.panicked(panic);
+                    return;
                 }
-            });
+            };
             if ready {
                 self.drop_future();
                 return;

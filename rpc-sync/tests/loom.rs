@@ -202,7 +202,10 @@ fn inbox_task_registration_races_push() {
         let got = match first {
             Poll::Ready(v) => v,
             Poll::Pending => {
-                assert!(woken.load(Ordering::SeqCst), "pending, and the waker never fired");
+                assert!(
+                    woken.load(Ordering::SeqCst),
+                    "pending, and the waker never fired"
+                );
                 assert_eq!(pushed, Pushed::Woke);
                 inbox.try_recv().unwrap()
             }
@@ -289,7 +292,12 @@ fn task_wake_racing_its_poll_is_not_lost() {
                 None => break,
             }
         }
-        assert!(task.is_done(), "the wake was lost after {} polls, flag {}", polls.load(Ordering::SeqCst), flag.load(Ordering::SeqCst));
+        assert!(
+            task.is_done(),
+            "the wake was lost after {} polls, flag {}",
+            polls.load(Ordering::SeqCst),
+            flag.load(Ordering::SeqCst)
+        );
         assert!(queue.0.lock().unwrap().is_empty());
     });
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpc_core::{Client, Code, Request, RingConfig, Server, Status, TransportKind};
+use rpc_core::{Client, Code, Request, Response, RingConfig, Server, Status, TransportKind};
 
 use crate::testing::torture_client::TortureClient;
 use crate::testing::torture_server::{Torture, TortureServer};
@@ -20,26 +20,38 @@ pub struct TortureService {
 }
 
 impl Torture for TortureService {
-    fn echo(&self, request: Request<Payload>) -> Result<Payload, Status> {
+    async fn echo(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        Ok(request.into_inner())
+        Ok(Response::new(request.into_inner()))
     }
 
-    fn sleep(&self, request: Request<SleepRequest>) -> Result<Nothing, Status> {
+    async fn sleep(&self, request: Request<SleepRequest>) -> Result<Response<Nothing>, Status> {
         let r = request.get_ref();
-        std::thread::sleep(
+        // Awaited, not slept: a sleeping handler holds no worker thread.
+        futures_timer::Delay::new(
             Duration::from_millis(u64::from(r.millis)) + Duration::from_micros(u64::from(r.micros)),
-        );
-        Ok(Nothing {})
+        )
+        .await;
+        Ok(Response::new(Nothing {}))
     }
 
-    fn panic(&self, _: Request<Nothing>) -> Result<Nothing, Status> {
+    async fn panic(&self, _: Request<Nothing>) -> Result<Response<Nothing>, Status> {
         panic!("the Panic method panics, as asked");
     }
 
-    fn fail(&self, request: Request<FailRequest>) -> Result<Nothing, Status> {
+    async fn fail(&self, request: Request<FailRequest>) -> Result<Response<Nothing>, Status> {
         let r = request.into_inner();
         Err(Status::new(Code::from_u32(r.code), r.message))
+    }
+
+    type WatchStream = futures::stream::Iter<std::vec::IntoIter<Result<Payload, Status>>>;
+
+    async fn watch(
+        &self,
+        request: Request<Payload>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let copies = vec![Ok(request.into_inner()); 3];
+        Ok(Response::new(futures::stream::iter(copies)))
     }
 }
 
@@ -97,11 +109,11 @@ pub fn concurrent_calls(client: &TortureClient, threads: usize, window: usize, p
                     in_flight.push_back((req.clone(), client.echo_async(req)));
                     if in_flight.len() == window {
                         let (req, fut) = in_flight.pop_front().unwrap();
-                        assert_eq!(fut.wait().expect("echo call"), req);
+                        assert_eq!(fut.wait().expect("echo call").into_inner(), req);
                     }
                 }
                 for (req, fut) in in_flight {
-                    assert_eq!(fut.wait().expect("echo call"), req);
+                    assert_eq!(fut.wait().expect("echo call").into_inner(), req);
                 }
             });
         }
@@ -122,7 +134,7 @@ pub fn message_sizes(client: &TortureClient) {
         let req = payload(7, data_len_for(target));
         assert_eq!(prost::Message::encoded_len(&req), target);
         assert_eq!(
-            client.echo(req.clone()).expect("echo"),
+            client.echo(req.clone()).expect("echo").into_inner(),
             req,
             "{target} bytes"
         );
@@ -153,11 +165,11 @@ pub fn deadline(client: &TortureClient) {
         t0.elapsed()
     );
     let req = payload(77, 10);
-    assert_eq!(client.echo(req.clone()).unwrap(), req);
+    assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
 }
 
-/// Statuses cross the wire; a handler panic gives INTERNAL and the server keeps serving;
-/// streaming methods give UNIMPLEMENTED.
+/// Statuses cross the wire; a handler panic gives INTERNAL and the server keeps serving; a
+/// server stream delivers its messages and ends OK.
 pub fn statuses(client: &TortureClient) {
     let err = client.panic(Nothing {}).unwrap_err();
     assert_eq!(err.code(), Code::Internal, "{err}");
@@ -168,10 +180,16 @@ pub fn statuses(client: &TortureClient) {
         })
         .unwrap_err();
     assert_eq!(err, Status::not_found("no such thing: ünïcode"));
-    let err = client.watch(payload(1, 1)).unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    let copies: Vec<Payload> = client
+        .watch(payload(1, 1))
+        .expect("a server stream")
+        .into_inner()
+        .into_blocking_iter()
+        .collect::<Result<_, _>>()
+        .expect("three copies, then OK");
+    assert_eq!(copies, vec![payload(1, 1); 3]);
     let req = payload(5, 100);
-    assert_eq!(client.echo(req.clone()).unwrap(), req);
+    assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
 }
 
 /// Stopping the server while calls are outstanding fails them with UNAVAILABLE, never a hang.
@@ -275,7 +293,8 @@ pub fn deadline_races(client: &TortureClient, threads: usize, per_thread: usize)
     assert_eq!(
         client
             .echo(req.clone())
-            .expect("a plain call after the races"),
+            .expect("a plain call after the races")
+            .into_inner(),
         req
     );
     (ok, late)

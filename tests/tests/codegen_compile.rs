@@ -6,17 +6,21 @@
 
 use std::time::Duration;
 
+use futures::stream::{self, BoxStream, StreamExt};
 use rpc_core::codegen::{method_id, MethodDescriptor, MethodKind, Service, ServiceDescriptor};
-use rpc_core::{Code, Request, ResponseFuture, Server, Status, TransportKind};
+use rpc_core::{
+    Code, Request, Response, ResponseFuture, Server, Status, Streaming, StreamingCall,
+    TransportKind,
+};
 use rpc_tests::tricky_protos::{self as protos, other, r#type, svc, tricky as t};
 
 /// Unary handlers that answer with a default (or echoed) message.
 macro_rules! handlers {
     ($( $name:ident ( $input:ty ) -> $output:ty; )*) => {
         $(
-            fn $name(&self, request: Request<$input>) -> Result<$output, Status> {
+            async fn $name(&self, request: Request<$input>) -> Result<Response<$output>, Status> {
                 let _ = request.into_inner();
-                Ok(<$output>::default())
+                Ok(Response::new(<$output>::default()))
             }
         )*
     };
@@ -25,22 +29,22 @@ macro_rules! handlers {
 struct Kw;
 
 impl t::keywords_server::Keywords for Kw {
-    fn r#match(&self, request: Request<t::Result>) -> Result<t::Result, Status> {
+    async fn r#match(&self, request: Request<t::Result>) -> Result<Response<t::Result>, Status> {
         let mut reply = request.into_inner();
         reply.r#match = !reply.r#match;
         reply.self_ += 1;
-        Ok(reply)
+        Ok(Response::new(reply))
     }
 
-    fn foo_async_2(&self, _request: Request<t::Ok>) -> Result<t::Err, Status> {
+    async fn foo_async_2(&self, _request: Request<t::Ok>) -> Result<Response<t::Err>, Status> {
         Err(Status::new(Code::AlreadyExists, "foo_async_2 ran"))
     }
 
-    fn other(&self, request: Request<other::Msg>) -> Result<(), Status> {
+    async fn other(&self, request: Request<other::Msg>) -> Result<Response<()>, Status> {
         if request.get_ref().text == "fail" {
             return Err(Status::new(Code::InvalidArgument, "asked to fail"));
         }
-        Ok(())
+        Ok(Response::new(()))
     }
 
     handlers! {
@@ -82,9 +86,65 @@ impl t::more_names_server::MoreNames for Everything {
     }
 }
 
+/// The depth of an `Inner`.
+fn inner(depth: i32) -> t::outer::middle::Inner {
+    t::outer::middle::Inner { depth }
+}
+
 impl t::streams_server::Streams for Everything {
-    fn unary(&self, request: Request<t::Outer>) -> Result<t::Outer, Status> {
-        Ok(request.into_inner())
+    async fn unary(&self, request: Request<t::Outer>) -> Result<Response<t::Outer>, Status> {
+        Ok(Response::new(request.into_inner()))
+    }
+
+    /// The sum of the depths, as the id.
+    async fn upload(
+        &self,
+        request: Request<Streaming<t::outer::middle::Inner>>,
+    ) -> Result<Response<t::Outer>, Status> {
+        let mut inners = request.into_inner();
+        let mut sum = 0i64;
+        while let Some(i) = inners.message().await? {
+            sum += i64::from(i.depth);
+        }
+        Ok(Response::new(t::Outer {
+            choice: Some(t::outer::Choice::Id(sum)),
+            ..Default::default()
+        }))
+    }
+
+    type DownloadStream = BoxStream<'static, Result<t::outer::Middle, Status>>;
+
+    /// `id` middles of increasing depth.
+    async fn download(
+        &self,
+        request: Request<t::Outer>,
+    ) -> Result<Response<Self::DownloadStream>, Status> {
+        let n = match request.into_inner().choice {
+            Some(t::outer::Choice::Id(n)) => n as i32,
+            _ => 0,
+        };
+        let middles = (0..n).map(|d| {
+            Ok(t::outer::Middle {
+                inner: Some(inner(d)),
+            })
+        });
+        Ok(Response::new(stream::iter(middles).boxed()))
+    }
+
+    type ChatStream = BoxStream<'static, Result<prost_types::Timestamp, Status>>;
+
+    /// One timestamp per empty message, counting them.
+    async fn chat(
+        &self,
+        request: Request<Streaming<()>>,
+    ) -> Result<Response<Self::ChatStream>, Status> {
+        let stamps = request.into_inner().enumerate().map(|(i, m)| {
+            m.map(|()| prost_types::Timestamp {
+                seconds: i as i64,
+                nanos: 0,
+            })
+        });
+        Ok(Response::new(stamps.boxed()))
     }
 
     handlers! {
@@ -92,8 +152,27 @@ impl t::streams_server::Streams for Everything {
     }
 }
 
-// Only streaming methods: nothing to implement.
-impl t::only_streams_server::OnlyStreams for Everything {}
+impl t::only_streams_server::OnlyStreams for Everything {
+    async fn up(&self, _: Request<Streaming<t::Outer>>) -> Result<Response<t::Outer>, Status> {
+        Err(Status::unimplemented("up"))
+    }
+
+    type DownStream = stream::Empty<Result<t::Outer, Status>>;
+
+    async fn down(&self, _: Request<t::Outer>) -> Result<Response<Self::DownStream>, Status> {
+        Ok(Response::new(stream::empty()))
+    }
+
+    type BothStream = Streaming<t::Outer>;
+
+    /// Echoes its requests (its request stream is a response stream too).
+    async fn both(
+        &self,
+        request: Request<Streaming<t::Outer>>,
+    ) -> Result<Response<Self::BothStream>, Status> {
+        Ok(Response::new(request.into_inner()))
+    }
+}
 
 impl t::clash2_server::Clash for Everything {
     handlers! { ping(t::ClashClient) -> t::ClashClient; }
@@ -111,6 +190,15 @@ impl t::nested::deep::deep_server::Deep for Everything {
     handlers! {
         down(t::nested::deep::DeepRequest) -> t::Result;
         across(other::msg::Sub) -> t::outer::middle::Inner;
+    }
+
+    type StreamStream = stream::Empty<Result<other::Msg, Status>>;
+
+    async fn stream(
+        &self,
+        _: Request<Streaming<t::Outer>>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
+        Ok(Response::new(stream::empty()))
     }
 }
 
@@ -305,7 +393,8 @@ fn descriptors_keep_proto_names_order_and_kinds() {
 #[test]
 fn client_signatures() {
     use t::keywords_client::KeywordsClient as K;
-    type Res<T> = Result<T, Status>;
+    type Res<T> = Result<Response<T>, Status>;
+    type Call<Q, A> = Result<StreamingCall<Q, A>, Status>;
 
     let _: fn(rpc_core::Client) -> K = K::new;
     let _: fn(&str) -> Result<K, rpc_core::Error> = K::connect;
@@ -355,14 +444,16 @@ fn client_signatures() {
     let _: fn(&M, String) -> Res<bool> = M::wrapped;
     let _: fn(&M, Vec<u8>) -> Res<u64> = M::bytes;
 
-    // Streaming: the three shapes of docs/ARCHITECTURE.md, no `_async`.
+    // Streaming, blocking forms (the `_async` ones are `async fn`s, exercised end to end).
     use t::streams_client::StreamsClient as S;
     let _: fn(&S, t::Outer) -> Res<t::Outer> = S::unary;
     let _: fn(&S, Vec<t::outer::middle::Inner>) -> Res<t::Outer> = S::upload;
     let _: fn(&S, std::iter::Empty<t::outer::middle::Inner>) -> Res<t::Outer> = S::upload;
-    let _: fn(&S, t::Outer) -> Res<Vec<t::outer::Middle>> = S::download;
-    let _: fn(&S, Request<t::Outer>) -> Res<Vec<t::outer::Middle>> = S::download;
-    let _: fn(&S, Vec<()>) -> Res<Vec<prost_types::Timestamp>> = S::chat;
+    let _: fn(&S, Request<Vec<t::outer::middle::Inner>>) -> Res<t::Outer> = S::upload;
+    let _: fn(&S, t::Outer) -> Res<Streaming<t::outer::Middle>> = S::download;
+    let _: fn(&S, Request<t::Outer>) -> Res<Streaming<t::outer::Middle>> = S::download;
+    let _: fn(&S, ()) -> Call<(), prost_types::Timestamp> = S::chat;
+    let _: fn(&S, Request<()>) -> Call<(), prost_types::Timestamp> = S::chat;
     let _: fn(&S, t::Outer) -> ResponseFuture<t::Outer> = S::last_async;
 
     // Names of the other clients.
@@ -384,7 +475,7 @@ fn client_signatures() {
         &t::nested::deep::deep_client::DeepClient,
         other::msg::Sub,
     ) -> Res<t::outer::middle::Inner> = t::nested::deep::deep_client::DeepClient::across;
-    let _: fn(&t::nested::deep::deep_client::DeepClient, Vec<t::Outer>) -> Res<Vec<other::Msg>> =
+    let _: fn(&t::nested::deep::deep_client::DeepClient, ()) -> Call<t::Outer, other::Msg> =
         t::nested::deep::deep_client::DeepClient::stream;
 }
 
@@ -409,21 +500,25 @@ fn generated_stubs_work_end_to_end_over_tcp() {
         self_: 41,
         r#async: "a".into(),
     };
-    let reply = keywords.r#match(request.clone()).expect("match");
+    let reply = keywords
+        .r#match(request.clone())
+        .expect("match")
+        .into_inner();
     assert!(reply.r#match);
     assert_eq!(reply.self_, 42);
     assert_eq!(reply.r#type, "t");
     let reply = keywords
         .match_async(Request::new(request).with_timeout(Duration::from_secs(5)))
         .wait()
-        .expect("match_async");
+        .expect("match_async")
+        .into_inner();
     assert_eq!(reply.self_, 42);
 
     // The renamed method reaches its own handler.
     let status = keywords.foo_async_2(t::Ok {}).unwrap_err();
     assert_eq!(status.code(), Code::AlreadyExists);
     assert_eq!(status.message(), "foo_async_2 ran");
-    assert_eq!(keywords.foo(t::Ok {}).unwrap(), t::Err {});
+    assert_eq!(keywords.foo(t::Ok {}).unwrap().into_inner(), t::Err {});
 
     // google.protobuf.Empty is `()` on both sides.
     keywords.other(other::Msg::default()).expect("other");
@@ -435,28 +530,75 @@ fn generated_stubs_work_end_to_end_over_tcp() {
         .unwrap_err();
     assert_eq!(failed.code(), Code::InvalidArgument);
 
-    // Streaming: the client stubs fail locally; the server answers the method's path with
-    // UNIMPLEMENTED too.
+    // All four kinds, blocking and async.
     let outer = t::Outer::default();
-    assert_eq!(streams.unary(outer.clone()).unwrap(), outer);
-    assert_eq!(streams.last_async(outer.clone()).wait().unwrap(), outer);
-    let status = streams.upload(Vec::new()).unwrap_err();
-    assert_eq!(status.code(), Code::Unimplemented);
-    assert!(status.message().contains("/tricky.Streams/Upload"));
+    assert_eq!(streams.unary(outer.clone()).unwrap().into_inner(), outer);
     assert_eq!(
-        streams.download(outer.clone()).unwrap_err().code(),
-        Code::Unimplemented
+        streams
+            .last_async(outer.clone())
+            .wait()
+            .unwrap()
+            .into_inner(),
+        outer
     );
-    assert_eq!(
-        streams.chat([(), ()]).unwrap_err().code(),
-        Code::Unimplemented
-    );
+    let total = streams.upload(vec![inner(1), inner(2), inner(39)]).unwrap();
+    assert_eq!(total.into_inner().choice, Some(t::outer::Choice::Id(42)));
+    let empty = streams.upload(Vec::new()).unwrap().into_inner();
+    assert_eq!(empty.choice, Some(t::outer::Choice::Id(0)));
+    let three = t::Outer {
+        choice: Some(t::outer::Choice::Id(3)),
+        ..Default::default()
+    };
+    let depths: Vec<i32> = streams
+        .download(three.clone())
+        .unwrap()
+        .into_inner()
+        .into_blocking_iter()
+        .map(|m| m.unwrap().inner.unwrap().depth)
+        .collect();
+    assert_eq!(depths, [0, 1, 2]);
+    let mut chat = streams.chat(()).expect("chat opens");
+    for i in 0..3 {
+        chat.send(&()).expect("send");
+        assert_eq!(
+            chat.recv().expect("a stamp").expect("not the end").seconds,
+            i
+        );
+    }
+    chat.close_send();
+    assert_eq!(chat.recv().expect("the end, OK"), None);
+
+    futures::executor::block_on(async {
+        let total = streams
+            .upload_async(stream::iter(vec![inner(5), inner(6)]))
+            .await
+            .unwrap();
+        assert_eq!(total.into_inner().choice, Some(t::outer::Choice::Id(11)));
+        let mut middles = streams.download_async(three).await.unwrap().into_inner();
+        let mut n = 0;
+        while let Some(m) = middles.message().await.unwrap() {
+            assert_eq!(m.inner.unwrap().depth, n);
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        let stamps: Vec<i64> = streams
+            .chat_async(stream::iter(vec![(), (), (), ()]))
+            .await
+            .unwrap()
+            .into_inner()
+            .map(|s| s.unwrap().seconds)
+            .collect()
+            .await;
+        assert_eq!(stamps, [0, 1, 2, 3]);
+    });
+
+    // A handler that returns an error status before streaming: the call fails with it.
     let download = &t::streams_server::SERVICE.methods[2];
     let status = streams
         .inner()
         .unary::<t::Outer, t::outer::Middle>(download, Request::new(outer))
         .unwrap_err();
-    assert_eq!(status.code(), Code::Unimplemented);
+    assert_eq!(status.code(), Code::Internal, "{status}");
 
     server.shutdown();
 }

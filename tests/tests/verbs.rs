@@ -169,7 +169,7 @@ fn echo_once_reconnected(
     let until = Instant::now() + patience;
     let reply = loop {
         match client.echo(req.clone()) {
-            Ok(r) => break r,
+            Ok(r) => break r.into_inner(),
             Err(e) if Instant::now() < until => {
                 assert_eq!(e.code(), Code::Unavailable, "{e}");
                 std::thread::sleep(Duration::from_millis(100));
@@ -187,7 +187,7 @@ fn verbs_kill_9_of_the_server_fails_calls_promptly_and_the_client_reconnects() {
     let mut child = spawn_server_process(&addr);
     let client = connect_with_retry(&addr);
     let req = payload(1, 100);
-    assert_eq!(client.echo(req.clone()).unwrap(), req);
+    assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
     let slow: Vec<_> = (0..4)
         .map(|_| {
             client.sleep_async(SleepRequest {
@@ -225,7 +225,7 @@ fn verbs_a_stopped_server_is_detected_by_keepalive() {
     let mut child = spawn_server_process(&addr);
     let client = connect_with_retry(&addr);
     let req = payload(1, 100);
-    assert_eq!(client.echo(req.clone()).unwrap(), req);
+    assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
     let signal = |sig: &str| {
         let status = Command::new("kill")
             .args([sig, &child.id().to_string()])
@@ -262,7 +262,13 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let req = payload(n, (n as usize * 97) % 9000);
-                assert_eq!(client.echo(req.clone()).expect("good client's call"), req);
+                assert_eq!(
+                    client
+                        .echo(req.clone())
+                        .expect("good client's call")
+                        .into_inner(),
+                    req
+                );
                 n += 1;
             }
             n
@@ -483,7 +489,13 @@ fn verbs_two_host_connect_survives_lost_setup_packets() {
     let netdev = std::env::var("RPC_TEST_NETDEV").unwrap_or_else(|_| "eth0".into());
     let first = connect_with_retry(&addr);
     let req = payload(1, 100);
-    assert_eq!(first.echo(req.clone()).expect("call without a fault"), req);
+    assert_eq!(
+        first
+            .echo(req.clone())
+            .expect("call without a fault")
+            .into_inner(),
+        req
+    );
     drop(first);
     for (n, (case, flush_neighbours)) in [("connect request lost", false), ("ARP lost", true)]
         .into_iter()
@@ -523,7 +535,8 @@ fn verbs_two_host_connect_survives_lost_setup_packets() {
         assert_eq!(
             client
                 .echo(req.clone())
-                .expect("a call over the connection"),
+                .expect("a call over the connection")
+                .into_inner(),
             req,
             "{case}"
         );
@@ -581,7 +594,10 @@ fn verbs_two_host_a_silent_peer_is_detected_by_keepalive() {
     );
     let req = payload(1, 100);
     assert_eq!(
-        client.echo(req.clone()).expect("call before the fault"),
+        client
+            .echo(req.clone())
+            .expect("call before the fault")
+            .into_inner(),
         req
     );
     let slow = client.sleep_async(

@@ -105,13 +105,15 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
             Expect::Error(Code::OutOfRange, "integer overflow"),
         ),
     ] {
-        let outcome = calc.add(AddRequest { a, b }).map(|r| r.value.to_string());
+        let outcome = calc
+            .add(AddRequest { a, b })
+            .map(|r| r.into_inner().value.to_string());
         script.check(&format!("Add({a}, {b})"), outcome, expect);
     }
     for (a, b, expect) in [(7, 12, Expect::Value("-5")), (0, 0, Expect::Value("0"))] {
         let outcome = calc
             .subtract(SubtractRequest { a, b })
-            .map(|r| r.value.to_string());
+            .map(|r| r.into_inner().value.to_string());
         script.check(&format!("Subtract({a}, {b})"), outcome, expect);
     }
     for (a, b, expect) in [
@@ -124,7 +126,7 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
     ] {
         let outcome = calc
             .multiply(MultiplyRequest { a, b })
-            .map(|r| r.value.to_string());
+            .map(|r| r.into_inner().value.to_string());
         script.check(&format!("Multiply({a}, {b})"), outcome, expect);
     }
     for (a, b, expect) in [
@@ -141,9 +143,10 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
             Expect::Error(Code::OutOfRange, "integer overflow"),
         ),
     ] {
-        let outcome = calc
-            .divide(DivideRequest { a, b })
-            .map(|r| format!("{} remainder {}", r.quotient, r.remainder));
+        let outcome = calc.divide(DivideRequest { a, b }).map(|r| {
+            let r = r.into_inner();
+            format!("{} remainder {}", r.quotient, r.remainder)
+        });
         script.check(&format!("Divide({a}, {b})"), outcome, expect);
     }
 
@@ -184,7 +187,7 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
             .evaluate(EvaluateRequest {
                 expression: expression.to_owned(),
             })
-            .map(|r| r.value.to_string());
+            .map(|r| r.into_inner().value.to_string());
         script.check(&evaluate_label(expression), outcome, expect);
     }
 
@@ -195,11 +198,13 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
         .collect();
     let wrong = pending
         .into_iter()
-        .filter_map(|(i, fut)| match fut.wait() {
-            Ok(reply) if reply.value == i + i * i => None,
-            Ok(reply) => Some(format!("Add({i}, {}) = {}", i * i, reply.value)),
-            Err(status) => Some(format!("Add({i}, {}) -> {status}", i * i)),
-        })
+        .filter_map(
+            |(i, fut)| match fut.wait().map(rpc_core::Response::into_inner) {
+                Ok(reply) if reply.value == i + i * i => None,
+                Ok(reply) => Some(format!("Add({i}, {}) = {}", i * i, reply.value)),
+                Err(status) => Some(format!("Add({i}, {}) -> {status}", i * i)),
+            },
+        )
         .collect::<Vec<_>>();
     let outcome = match wrong.first() {
         None => Ok("all 32 correct".to_owned()),
@@ -217,7 +222,7 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
     // A per-call timeout on one request.
     let request =
         Request::new(AddRequest { a: 20, b: 22 }).with_timeout(std::time::Duration::from_secs(2));
-    let outcome = calc.add(request).map(|r| r.value.to_string());
+    let outcome = calc.add(request).map(|r| r.into_inner().value.to_string());
     script.check("Add(20, 22) [2 s timeout]", outcome, Expect::Value("42"));
 }
 

@@ -93,7 +93,7 @@ fn worker(
         };
 
         let start = Instant::now();
-        let result = echo.echo(request);
+        let result = echo.echo(request).map(rpc_core::Response::into_inner);
         let elapsed = start.elapsed();
 
         let failure = match result {

@@ -1,12 +1,10 @@
-//! The `<service>_client` module: a `<Service>Client` wrapping `rpc_core::codegen::Client`, one
-//! blocking and one `_async` function per unary method, one stub per streaming method.
+//! The `<service>_client` module: a `<Service>Client` wrapping `rpc_core::codegen::Client`, with
+//! a blocking and an `_async` function per method, whatever its kind.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::{
-    allow_lints, doc_attrs, ident, kind_phrase, message_type, method_docs, methods_static,
-};
+use super::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
 use crate::model::{Method, MethodKind, Service};
 
 /// The tokens of the client module of `service`.
@@ -79,90 +77,159 @@ pub fn tokens(service: &Service) -> TokenStream {
 
 fn method_functions(index: usize, method: &Method) -> TokenStream {
     let name = ident(&method.rust_name);
+    let async_name = ident(&method.async_name);
     let input = message_type(&method.input_type);
     let output = message_type(&method.output_type);
     let proto_name = &method.proto_name;
-    let status = quote!(::rpc_core::codegen::Status);
+    let cg = quote!(::rpc_core::codegen);
+    let status = quote!(#cg::Status);
+    let docs = method_docs(method, &format!("Calls `{proto_name}`."));
+    let async_docs = |lines: &[&str]| {
+        let mut all = method.docs.clone();
+        if !all.is_empty() {
+            all.push(String::new());
+        }
+        all.extend(lines.iter().map(|l| format!(" {l}")));
+        if let Some(note) = &method.rename_note {
+            all.push(String::new());
+            all.push(format!(" {note}"));
+        }
+        doc_attrs(&all)
+    };
     match method.kind {
         MethodKind::Unary => {
-            let async_name = ident(&method.async_name);
-            let docs = method_docs(method, &format!("Calls `{proto_name}`."));
-            let mut async_docs = method.docs.clone();
-            if !async_docs.is_empty() {
-                async_docs.push(String::new());
-            }
-            async_docs.push(format!(
-                " Calls `{proto_name}` without blocking: the future completes when the"
-            ));
-            async_docs.push(
-                " response arrives. Await it from any executor, or `wait()` for it.".to_owned(),
-            );
-            if let Some(note) = &method.rename_note {
-                async_docs.push(String::new());
-                async_docs.push(format!(" {note}"));
-            }
-            let async_docs = doc_attrs(&async_docs);
+            let async_docs = async_docs(&[
+                &format!("Calls `{proto_name}` without blocking: the future completes when the"),
+                "response arrives. Await it from any executor, or `wait()` for it; dropping it",
+                "first cancels the call.",
+            ]);
             quote! {
                 #docs
                 pub fn #name(
                     &self,
-                    request: impl ::rpc_core::codegen::IntoRequest<#input>,
-                ) -> ::core::result::Result<#output, #status> {
+                    request: impl #cg::IntoRequest<#input>,
+                ) -> ::core::result::Result<#cg::Response<#output>, #status> {
                     self.inner.unary(
                         &METHODS[#index],
-                        <_ as ::rpc_core::codegen::IntoRequest<#input>>::into_request(request),
+                        <_ as #cg::IntoRequest<#input>>::into_request(request),
                     )
                 }
 
                 #async_docs
                 pub fn #async_name(
                     &self,
-                    request: impl ::rpc_core::codegen::IntoRequest<#input>,
-                ) -> ::rpc_core::codegen::ResponseFuture<#output> {
+                    request: impl #cg::IntoRequest<#input>,
+                ) -> #cg::ResponseFuture<#output> {
                     self.inner.unary_async(
                         &METHODS[#index],
-                        <_ as ::rpc_core::codegen::IntoRequest<#input>>::into_request(request),
+                        <_ as #cg::IntoRequest<#input>>::into_request(request),
                     )
                 }
             }
         }
-        kind => {
-            let docs = method_docs(method, &format!("Calls `{proto_name}`."));
-            let note = doc_attrs(&[
-                String::new(),
-                format!(
-                    " `{proto_name}` is {} and streaming is not supported yet: this always",
-                    kind_phrase(kind)
-                ),
-                " returns an `UNIMPLEMENTED` status.".to_owned(),
+        MethodKind::ServerStreaming => {
+            let async_docs = async_docs(&[
+                &format!("Calls `{proto_name}` without blocking: resolves when the response"),
+                "headers arrive; the responses then come from the stream.",
             ]);
-            let (param, param_type) = match kind {
-                MethodKind::ClientStreaming | MethodKind::BidiStreaming => (
-                    quote!(requests),
-                    quote!(impl ::core::iter::IntoIterator<Item = #input>),
-                ),
-                _ => (
-                    quote!(request),
-                    quote!(impl ::rpc_core::codegen::IntoRequest<#input>),
-                ),
-            };
-            let output = match kind {
-                MethodKind::ServerStreaming | MethodKind::BidiStreaming => {
-                    quote!(::std::vec::Vec<#output>)
-                }
-                _ => quote!(#output),
-            };
             quote! {
                 #docs
-                #note
+                ///
+                /// Blocks until the response headers arrive; the responses then come from the
+                /// stream (an iterator that blocks, or a `Stream`).
                 pub fn #name(
                     &self,
-                    #param: #param_type,
-                ) -> ::core::result::Result<#output, #status> {
-                    let _ = #param;
-                    ::core::result::Result::Err(
-                        ::rpc_core::codegen::streaming_unimplemented(&METHODS[#index]),
+                    request: impl #cg::IntoRequest<#input>,
+                ) -> ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status> {
+                    self.inner.server_streaming(
+                        &METHODS[#index],
+                        <_ as #cg::IntoRequest<#input>>::into_request(request),
                     )
+                }
+
+                #async_docs
+                pub async fn #async_name(
+                    &self,
+                    request: impl #cg::IntoRequest<#input>,
+                ) -> ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status> {
+                    self.inner
+                        .server_streaming_async(
+                            &METHODS[#index],
+                            <_ as #cg::IntoRequest<#input>>::into_request(request),
+                        )
+                        .await
+                }
+            }
+        }
+        MethodKind::ClientStreaming => {
+            let async_docs = async_docs(&[
+                &format!("Calls `{proto_name}` with a `Stream` of requests (or a `Request` of"),
+                "one): the future pulls the stream while it is polled and resolves with the",
+                "response.",
+            ]);
+            quote! {
+                #docs
+                ///
+                /// Sends the requests (a `Vec`, an iterator, or a `Request` of one), then blocks
+                /// for the response.
+                pub fn #name(
+                    &self,
+                    requests: impl #cg::IntoIterRequest<Message = #input>,
+                ) -> ::core::result::Result<#cg::Response<#output>, #status> {
+                    self.inner.client_streaming(
+                        &METHODS[#index],
+                        #cg::IntoIterRequest::into_iter_request(requests),
+                    )
+                }
+
+                #async_docs
+                pub async fn #async_name(
+                    &self,
+                    requests: impl #cg::IntoStreamingRequest<Message = #input>,
+                ) -> ::core::result::Result<#cg::Response<#output>, #status> {
+                    self.inner
+                        .client_streaming_async(
+                            &METHODS[#index],
+                            #cg::IntoStreamingRequest::into_streaming_request(requests),
+                        )
+                        .await
+                }
+            }
+        }
+        MethodKind::BidiStreaming => {
+            let async_docs = async_docs(&[
+                &format!("Calls `{proto_name}` with a `Stream` of requests (or a `Request` of"),
+                "one); resolves when the response headers arrive. The requests are pulled while",
+                "this future or the response stream is polled: keep reading responses.",
+            ]);
+            quote! {
+                #docs
+                ///
+                /// Opens the call and returns its handle: `send` requests, `close_send`, and
+                /// `recv` responses, blocking (or their async forms), interleaved as the
+                /// protocol of the method needs. `request` carries metadata and a timeout
+                /// (`()` for none).
+                pub fn #name(
+                    &self,
+                    request: impl #cg::IntoRequest<()>,
+                ) -> ::core::result::Result<#cg::StreamingCall<#input, #output>, #status> {
+                    self.inner.streaming(
+                        &METHODS[#index],
+                        <_ as #cg::IntoRequest<()>>::into_request(request),
+                    )
+                }
+
+                #async_docs
+                pub async fn #async_name(
+                    &self,
+                    requests: impl #cg::IntoStreamingRequest<Message = #input>,
+                ) -> ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status> {
+                    self.inner
+                        .bidi_streaming_async(
+                            &METHODS[#index],
+                            #cg::IntoStreamingRequest::into_streaming_request(requests),
+                        )
+                        .await
                 }
             }
         }

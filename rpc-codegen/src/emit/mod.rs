@@ -7,7 +7,7 @@ pub mod server;
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 
-use crate::model::{Method, MethodKind, Service};
+use crate::model::{Method, Service};
 
 /// Which halves to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,12 +16,16 @@ pub struct Emit {
     pub client: bool,
     /// Emit `<service>_server`.
     pub server: bool,
+    /// Server handlers are plain (blocking) functions instead of async ones.
+    pub sync_handlers: bool,
 }
 
 /// The tokens of everything emitted for `service`.
 pub fn service_tokens(service: &Service, emit: Emit) -> TokenStream {
     let client = emit.client.then(|| client::tokens(service));
-    let server = emit.server.then(|| server::tokens(service));
+    let server = emit
+        .server
+        .then(|| server::tokens(service, emit.sync_handlers));
     quote! { #client #server }
 }
 
@@ -166,16 +170,6 @@ pub(crate) fn methods_static(service: &Service) -> TokenStream {
     }
 }
 
-/// `unary`, `client streaming`, ... for docs.
-pub(crate) fn kind_phrase(kind: MethodKind) -> &'static str {
-    match kind {
-        MethodKind::Unary => "unary",
-        MethodKind::ClientStreaming => "client-streaming",
-        MethodKind::ServerStreaming => "server-streaming",
-        MethodKind::BidiStreaming => "bidirectional-streaming",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +242,7 @@ mod tests {
         let both = Emit {
             client: true,
             server: true,
+            sync_handlers: false,
         };
         let source = service_source(&calculator(), both);
         let flat = squash(&source);
@@ -259,19 +254,20 @@ mod tests {
             "pub fn inner(&self) -> &::rpc_core::codegen::Client",
             "/// Does Add.",
             "pub fn add(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
-             -> ::core::result::Result<super::AddReply, ::rpc_core::codegen::Status>",
+             -> ::core::result::Result<::rpc_core::codegen::Response<super::AddReply>, ::rpc_core::codegen::Status>",
             "self.inner.unary(&METHODS[0usize],",
             "pub fn add_async(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
              -> ::rpc_core::codegen::ResponseFuture<super::AddReply>",
             "/// Does Add. /// /// Calls `Add` without blocking",
             "self.inner.unary_async(&METHODS[0usize],",
-            "pub fn sum(&self, requests: impl ::core::iter::IntoIterator<Item = super::SumRequest>,) \
-             -> ::core::result::Result<super::SumReply, ::rpc_core::codegen::Status>",
+            "pub fn sum(&self, requests: impl ::rpc_core::codegen::IntoIterRequest<Message = super::SumRequest>,) \
+             -> ::core::result::Result<::rpc_core::codegen::Response<super::SumReply>, ::rpc_core::codegen::Status>",
+            "pub async fn sum_async(&self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::SumRequest>,)",
             "pub fn count(&self, request: impl ::rpc_core::codegen::IntoRequest<super::CountRequest>,) \
-             -> ::core::result::Result<::std::vec::Vec<super::CountReply>, ::rpc_core::codegen::Status>",
-            "pub fn chat(&self, requests: impl ::core::iter::IntoIterator<Item = super::ChatRequest>,) \
-             -> ::core::result::Result<::std::vec::Vec<super::ChatReply>, ::rpc_core::codegen::Status>",
-            "::rpc_core::codegen::streaming_unimplemented(&METHODS[3usize])",
+             -> ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::CountReply>>, ::rpc_core::codegen::Status>",
+            "pub fn chat(&self, request: impl ::rpc_core::codegen::IntoRequest<()>,) \
+             -> ::core::result::Result<::rpc_core::codegen::StreamingCall<super::ChatRequest, super::ChatReply>, ::rpc_core::codegen::Status>",
+            "pub async fn chat_async(",
             "pub fn r#match(",
             "pub fn match_async(",
             "static METHODS: [::rpc_core::codegen::MethodDescriptor; 5usize]",
@@ -284,7 +280,11 @@ mod tests {
             "/// Arithmetic.",
             "pub trait Calculator: ::core::marker::Send + ::core::marker::Sync + 'static",
             "fn add(&self, request: ::rpc_core::codegen::Request<super::AddRequest>,) \
-             -> ::core::result::Result<super::AddReply, ::rpc_core::codegen::Status>;",
+             -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<super::AddReply>, ::rpc_core::codegen::Status>> + ::core::marker::Send;",
+            "fn sum(&self, request: ::rpc_core::codegen::Request<::rpc_core::codegen::Streaming<super::SumRequest>>,)",
+            "type CountStream: ::rpc_core::codegen::Stream<Item = ::core::result::Result<super::CountReply, ::rpc_core::codegen::Status>> + ::core::marker::Send + 'static;",
+            "::rpc_core::codegen::Response<Self::CountStream>",
+            "type ChatStream:",
             "fn r#match(&self, request: ::rpc_core::codegen::Request<super::MatchRequest>,)",
             "pub struct CalculatorServer<T> { inner: ::std::sync::Arc<T>, }",
             "impl<T: Calculator> CalculatorServer<T>",
@@ -292,19 +292,41 @@ mod tests {
             "pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self",
             "impl<T: Calculator> ::rpc_core::codegen::Service for CalculatorServer<T>",
             "fn descriptor(&self) -> &'static ::rpc_core::codegen::ServiceDescriptor { &SERVICE }",
-            "0usize => { let inner: &T = &self.inner; \
-             ::rpc_core::codegen::unary(request, reply, |req| { <T as Calculator>::add(inner, req) });",
-            "4usize => {",
-            "_ => { ::rpc_core::codegen::unimplemented(request, reply); }",
+            "0usize => { let inner = ::std::sync::Arc::clone(&self.inner); \
+             ::rpc_core::codegen::unary_async(request, reply, move |req| async move { \
+             <T as Calculator>::add(&inner, req).await });",
+            "::rpc_core::codegen::client_streaming_async(request, reply,",
+            "::rpc_core::codegen::server_streaming_async(request, reply,",
+            "::rpc_core::codegen::bidi_streaming_async(request, reply,",
             "pub static SERVICE: ::rpc_core::codegen::ServiceDescriptor = \
              ::rpc_core::codegen::ServiceDescriptor { name: \"calc.Calculator\", methods: &METHODS, };",
         ] {
             assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{source}");
         }
-        // Streaming methods are not in the trait and have no async variant.
-        assert!(!flat.contains("fnsum(&self,request:::rpc_core::codegen::Request"));
-        assert!(!flat.contains("sum_async"));
-        assert!(!flat.contains("1usize=>"));
+    }
+
+    #[test]
+    fn sync_handlers_are_plain_functions() {
+        let source = service_source(
+            &calculator(),
+            Emit {
+                client: false,
+                server: true,
+                sync_handlers: true,
+            },
+        );
+        let flat = squash(&source);
+        for expected in [
+            "fn add(&self, request: ::rpc_core::codegen::Request<super::AddRequest>,) \
+             -> ::core::result::Result<::rpc_core::codegen::Response<super::AddReply>, ::rpc_core::codegen::Status>;",
+            "type CountStream: ::core::iter::IntoIterator<Item = ::core::result::Result<super::CountReply, ::rpc_core::codegen::Status>>;",
+            "0usize => { let inner: &T = &self.inner; \
+             ::rpc_core::codegen::unary(request, reply, |req| { <T as Calculator>::add(inner, req) });",
+            "::rpc_core::codegen::bidi_streaming(request, reply,",
+        ] {
+            assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{source}");
+        }
+        assert!(!flat.contains("Future"));
     }
 
     #[test]
@@ -314,6 +336,7 @@ mod tests {
             Emit {
                 client: true,
                 server: false,
+                sync_handlers: false,
             },
         );
         assert!(client_only.contains("pub mod calculator_client"));
@@ -323,6 +346,7 @@ mod tests {
             Emit {
                 client: false,
                 server: true,
+                sync_handlers: false,
             },
         );
         assert!(!server_only.contains("calculator_client"));

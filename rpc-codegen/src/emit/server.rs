@@ -1,16 +1,21 @@
-//! The `<service>_server` module: the `<Service>` trait (unary methods), the `<Service>Server<T>`
-//! adapter implementing `rpc_core::codegen::Service`, and the static descriptors.
+//! The `<service>_server` module: the `<Service>` trait (one handler per method, async by
+//! default, plain functions with `Builder::sync_handlers`), the `<Service>Server<T>` adapter
+//! implementing `rpc_core::codegen::Service`, and the static descriptors.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::{
-    allow_lints, doc_attrs, ident, kind_phrase, message_type, method_docs, methods_static,
-};
-use crate::model::Service;
+use super::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
+use crate::model::{upper_camel_case, Method, MethodKind, Service};
 
-/// The tokens of the server module of `service`.
-pub fn tokens(service: &Service) -> TokenStream {
+/// The name of a streaming-response method's associated type (`StreamingOutputCallStream`),
+/// as tonic names it.
+pub fn stream_type_name(method: &Method) -> String {
+    format!("{}Stream", upper_camel_case(&method.proto_name))
+}
+
+/// The tokens of the server module of `service` (`sync`: blocking handlers).
+pub fn tokens(service: &Service, sync: bool) -> TokenStream {
     let module = ident(&service.server_mod);
     let trait_ = ident(&service.trait_name);
     let server = ident(&service.server_name);
@@ -34,61 +39,40 @@ pub fn tokens(service: &Service) -> TokenStream {
         " The handlers of `{full_name}`: implement this and serve it with `{}::new`.",
         service.server_name
     ));
-    let streaming: Vec<String> = service
-        .methods
-        .iter()
-        .filter(|m| m.kind != crate::model::MethodKind::Unary)
-        .map(|m| format!("`{}` ({})", m.proto_name, kind_phrase(m.kind)))
-        .collect();
-    if !streaming.is_empty() {
+    if !sync {
         trait_docs.push(String::new());
-        trait_docs.push(format!(
-            " Streaming methods are not supported yet and are answered with `UNIMPLEMENTED`: {}.",
-            streaming.join(", ")
-        ));
+        trait_docs.push(
+            " Handlers are async: write them as `async fn`. A handler's future runs on the server's"
+                .to_owned(),
+        );
+        trait_docs.push(
+            " worker pool without any async runtime, and is dropped if the client cancels the call."
+                .to_owned(),
+        );
     }
     let trait_docs = doc_attrs(&trait_docs);
 
-    let trait_methods = service.unary_methods().map(|(_, method)| {
-        let name = ident(&method.rust_name);
-        let input = message_type(&method.input_type);
-        let output = message_type(&method.output_type);
-        let docs = method_docs(method, &format!("Handles `{}`.", method.proto_name));
+    let trait_items = service
+        .methods
+        .iter()
+        .map(|method| trait_item(method, sync));
+    let arms = service
+        .methods
+        .iter()
+        .enumerate()
+        .map(|(index, method)| call_arm(index, method, sync, &generic, &trait_));
+    let call_body = if service.methods.is_empty() {
         quote! {
-            #docs
-            fn #name(
-                &self,
-                request: ::rpc_core::codegen::Request<#input>,
-            ) -> ::core::result::Result<#output, ::rpc_core::codegen::Status>;
-        }
-    });
-
-    let arms: Vec<TokenStream> = service
-        .unary_methods()
-        .map(|(index, method)| {
-            let name = ident(&method.rust_name);
-            quote! {
-                #index => {
-                    let inner: &#generic = &self.inner;
-                    ::rpc_core::codegen::unary(request, reply, |req| {
-                        <#generic as #trait_>::#name(inner, req)
-                    });
-                }
-            }
-        })
-        .collect();
-    let call_body = if arms.is_empty() {
-        quote! {
-            let _ = method_index;
-            ::rpc_core::codegen::unimplemented(request, reply);
+            let _ = (method_index, request);
+            reply.fail(::rpc_core::codegen::Status::unimplemented("this service has no methods"));
         }
     } else {
         quote! {
             match method_index {
                 #( #arms )*
-                // Streaming methods, and indices out of range.
                 _ => {
-                    ::rpc_core::codegen::unimplemented(request, reply);
+                    let _ = request;
+                    reply.fail(::rpc_core::codegen::Status::unimplemented("no such method"));
                 }
             }
         }
@@ -103,7 +87,7 @@ pub fn tokens(service: &Service) -> TokenStream {
 
             #trait_docs
             pub trait #trait_: ::core::marker::Send + ::core::marker::Sync + 'static {
-                #( #trait_methods )*
+                #( #trait_items )*
             }
 
             /// Serves a handler implementation: pass it to the server builder's `add_service`.
@@ -157,6 +141,96 @@ pub fn tokens(service: &Service) -> TokenStream {
                 };
 
             #methods
+        }
+    }
+}
+
+/// The trait's items for one method: its handler, and for a streaming response the stream's
+/// associated type.
+fn trait_item(method: &Method, sync: bool) -> TokenStream {
+    let name = ident(&method.rust_name);
+    let input = message_type(&method.input_type);
+    let output = message_type(&method.output_type);
+    let docs = method_docs(method, &format!("Handles `{}`.", method.proto_name));
+    let cg = quote!(::rpc_core::codegen);
+    let request = match method.kind {
+        MethodKind::Unary | MethodKind::ServerStreaming => quote!(#cg::Request<#input>),
+        MethodKind::ClientStreaming | MethodKind::BidiStreaming => {
+            quote!(#cg::Request<#cg::Streaming<#input>>)
+        }
+    };
+    let streams = matches!(
+        method.kind,
+        MethodKind::ServerStreaming | MethodKind::BidiStreaming
+    );
+    let stream_type = ident(&stream_type_name(method));
+    let (assoc, response) = if streams {
+        let bound = if sync {
+            quote!(::core::iter::IntoIterator<Item = ::core::result::Result<#output, #cg::Status>>)
+        } else {
+            quote!(#cg::Stream<Item = ::core::result::Result<#output, #cg::Status>>
+                + ::core::marker::Send + 'static)
+        };
+        let assoc_doc = format!(" The response stream of `{}`.", method.proto_name);
+        (
+            quote! {
+                #[doc = #assoc_doc]
+                type #stream_type: #bound;
+            },
+            quote!(#cg::Response<Self::#stream_type>),
+        )
+    } else {
+        (quote!(), quote!(#cg::Response<#output>))
+    };
+    let result = quote!(::core::result::Result<#response, #cg::Status>);
+    let ret = if sync {
+        result
+    } else {
+        quote!(impl ::core::future::Future<Output = #result> + ::core::marker::Send)
+    };
+    quote! {
+        #assoc
+        #docs
+        fn #name(&self, request: #request) -> #ret;
+    }
+}
+
+/// The `match` arm running method `index`.
+fn call_arm(
+    index: usize,
+    method: &Method,
+    sync: bool,
+    generic: &syn::Ident,
+    trait_: &syn::Ident,
+) -> TokenStream {
+    let name = ident(&method.rust_name);
+    let helper = ident(&format!(
+        "{}{}",
+        match method.kind {
+            MethodKind::Unary => "unary",
+            MethodKind::ServerStreaming => "server_streaming",
+            MethodKind::ClientStreaming => "client_streaming",
+            MethodKind::BidiStreaming => "bidi_streaming",
+        },
+        if sync { "" } else { "_async" }
+    ));
+    if sync {
+        quote! {
+            #index => {
+                let inner: &#generic = &self.inner;
+                ::rpc_core::codegen::#helper(request, reply, |req| {
+                    <#generic as #trait_>::#name(inner, req)
+                });
+            }
+        }
+    } else {
+        quote! {
+            #index => {
+                let inner = ::std::sync::Arc::clone(&self.inner);
+                ::rpc_core::codegen::#helper(request, reply, move |req| async move {
+                    <#generic as #trait_>::#name(&inner, req).await
+                });
+            }
         }
     }
 }

@@ -13,20 +13,22 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
-use super::conn::{Conn, Keepalive, Payload, Work, UNARY};
-use super::endpoint::Endpoint;
+use super::conn::{block_frame, Caller, Conn, Keepalive, OpenCall, Reply, Work, UNARY};
+use super::endpoint::{Endpoint, PollerSettings};
+use super::stream::StreamShared;
+use super::streaming::{Reader, StreamSender, Streaming};
 use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
 use crate::codegen::MethodDescriptor;
-use crate::protocol::v2::{Kind, Role};
-use crate::transport::RingConfig;
-use crate::{Error, Request, Status, TransportKind};
+use crate::protocol::v2::{Kind, Outgoing, Role};
+use crate::transport::{RingConfig, SendBuf};
+use crate::{Error, MetadataMap, Request, Response, Status, TransportKind};
 
 // ----- the per-call rendezvous between whoever completes a call and its caller ------------
 
 /// Where a call's outcome is left for its caller.
 pub(crate) struct CallCell {
-    outcome: Oneshot<Result<Payload, Status>>,
+    outcome: Oneshot<Result<Reply, Status>>,
     /// The call id, once the connection's owner opened the call.
     id: AtomicU64,
     /// A thread is waiting and will decode the reply at once: it may stay in its slot.
@@ -56,9 +58,12 @@ impl CallCell {
     /// Otherwise (a future not being awaited yet) it is copied out and the slot released:
     /// replies nobody consumes yet must not hold the receive ring, or the peer would run out
     /// of credits for the replies that callers are waiting for.
-    pub(crate) fn complete(&self, result: Result<Payload, Status>) {
+    pub(crate) fn complete(&self, result: Result<Reply, Status>) {
         let result = match result {
-            Ok(payload) if !self.thread_waiting.load(Ordering::Acquire) => Ok(payload.detach()),
+            Ok(reply) if !self.thread_waiting.load(Ordering::Acquire) => Ok(Reply {
+                payload: reply.payload.detach(),
+                ..reply
+            }),
             other => other,
         };
         assert_unlocked("completing a call");
@@ -75,7 +80,7 @@ impl CallCell {
     }
 
     /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).
-    fn wait(&self, deadline: Option<Instant>) -> Option<Result<Payload, Status>> {
+    fn wait(&self, deadline: Option<Instant>) -> Option<Result<Reply, Status>> {
         assert_unlocked("waiting for a reply");
         self.thread_waiting.store(true, Ordering::Release);
         let result = self.outcome.wait(deadline);
@@ -192,9 +197,12 @@ impl ClientBuilder {
             Role::Client,
             None,
             Arc::clone(&counters),
-            self.idle_spin,
-            self.keepalive,
-            "client",
+            PollerSettings {
+                idle_spin: self.idle_spin,
+                keepalive: self.keepalive,
+                name: "client",
+                context: None,
+            },
         )?;
         let inner = ClientInner {
             endpoint,
@@ -326,6 +334,14 @@ impl Client {
         }
     }
 
+    /// The call's timeout (the request's, else the client's default) and deadline.
+    fn timing<T>(&self, request: &Request<T>) -> (u32, Option<Instant>) {
+        let timeout = request.timeout().or(self.inner.config.timeout);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u32::MAX as u128) as u32);
+        (timeout_us, deadline)
+    }
+
     /// Starts a unary call; returns the call's cell and id, or the status it failed with.
     fn start<Req: prost::Message>(
         &self,
@@ -336,20 +352,21 @@ impl Client {
         let _span = tracing::trace_span!("call", method = method.path).entered();
         self.inner.counters.call();
         let conn = self.inner.conn()?;
-        let timeout = request.timeout().or(self.inner.config.timeout);
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let (timeout_us, deadline) = self.timing(request);
         let cell = take_cell(&self.inner.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.store(blocking, Ordering::Release);
+        let headers = headers_frame(request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         self.inner.endpoint.call_started();
-        conn.submit(Work::Open {
-            cell: Arc::clone(&cell),
+        conn.submit(Work::Open(OpenCall {
+            caller: Caller::Unary(Arc::clone(&cell)),
             method: method.id,
-            timeout_us: timeout.map_or(0, |t| t.as_micros().clamp(1, u32::MAX as u128) as u32),
+            timeout_us,
             deadline,
-            frame,
-        });
+            headers,
+            message: Some(frame),
+        }));
         Ok(Started {
             endpoint: Arc::clone(&self.inner.endpoint),
             conn,
@@ -361,16 +378,14 @@ impl Client {
 
     fn finish<Resp: prost::Message + Default>(
         &self,
-        result: Result<Payload, Status>,
-    ) -> Result<Resp, Status> {
-        let result = result.and_then(|payload| {
-            Resp::decode(&*payload)
-                .map_err(|e| Status::internal(format!("could not decode the response: {e}")))
+        result: Result<Reply, Status>,
+    ) -> Result<Response<Resp>, Status> {
+        let result = result.and_then(|reply| {
+            let message = Resp::decode(&*reply.payload)
+                .map_err(|e| Status::internal(format!("could not decode the response: {e}")))?;
+            Ok(Response::from_parts(reply.headers, message, reply.trailers))
         });
-        if result.is_err() {
-            self.inner.counters.error();
-        }
-        result
+        self.counted(result)
     }
 
     /// Makes a unary call and blocks until its response, its deadline or the connection's
@@ -379,7 +394,7 @@ impl Client {
         &self,
         method: &'static MethodDescriptor,
         request: Request<Req>,
-    ) -> Result<Resp, Status>
+    ) -> Result<Response<Resp>, Status>
     where
         Req: prost::Message,
         Resp: prost::Message + Default,
@@ -458,7 +473,7 @@ impl Started {
     /// Blocks for the outcome; at the deadline, withdraws the call. For up to `spin` the
     /// calling thread polls the completion queue itself, so the reply needs no wake-up of
     /// another thread; then it parks and leaves polling to the poller thread.
-    fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Payload, Status> {
+    fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Reply, Status> {
         self.drive(spin);
         if let Some(r) = self.cell.wait(self.deadline) {
             return r;
@@ -466,7 +481,7 @@ impl Started {
         // The deadline passed: withdraw the call. Whoever owns the connection decides which
         // came first, this or the reply; either way the outcome lands in the cell.
         self.conn.submit(Work::Cancel {
-            cell: Arc::clone(&self.cell),
+            caller: Caller::Unary(Arc::clone(&self.cell)),
             status: Status::deadline_exceeded(format!(
                 "{}: no response within the deadline",
                 method.path
@@ -514,7 +529,8 @@ enum FutureState {
 }
 
 /// The response of a call started with [`Client::unary_async`]: `.await` it from any
-/// executor, or [`ResponseFuture::wait`] for it. Dropping it cancels the call locally.
+/// executor, or [`ResponseFuture::wait`] for it. Dropping it before the response cancels the
+/// call (the server is sent a CANCEL, and its handler is dropped if it awaits).
 pub struct ResponseFuture<Resp> {
     client: Client,
     method: &'static MethodDescriptor,
@@ -524,7 +540,7 @@ pub struct ResponseFuture<Resp> {
 
 impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
     /// Blocks until the response arrives (or the call fails).
-    pub fn wait(mut self) -> Result<Resp, Status> {
+    pub fn wait(mut self) -> Result<Response<Resp>, Status> {
         match std::mem::replace(&mut self.state, FutureState::Done) {
             FutureState::Pending(started) => {
                 let result = started.wait(self.client.inner.config.spin, self.method);
@@ -537,7 +553,7 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
 }
 
 impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
-    type Output = Result<Resp, Status>;
+    type Output = Result<Response<Resp>, Status>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -559,10 +575,354 @@ impl<Resp> Drop for ResponseFuture<Resp> {
         if let FutureState::Pending(started) = &self.state {
             if !started.cell.outcome.is_complete() {
                 started.conn.submit(Work::Cancel {
-                    cell: Arc::clone(&started.cell),
+                    caller: Caller::Unary(Arc::clone(&started.cell)),
                     status: Status::cancelled("the response future was dropped"),
                 });
             }
         }
+    }
+}
+
+// ----- streaming calls ---------------------------------------------------------------
+
+/// A HEADERS frame carrying `metadata`; `None` when there is none and `always` is false (a
+/// call that opens with its message needs no HEADERS frame).
+fn headers_frame(metadata: &MetadataMap, always: bool) -> Option<Outgoing<SendBuf>> {
+    (always || !metadata.is_empty()).then(|| block_frame(Kind::Headers, metadata.encode()))
+}
+
+impl Client {
+    /// Opens a streaming call: its request headers now, and `message` (with END) for a
+    /// server-streaming call.
+    fn open_stream<T, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: &Request<T>,
+        message: Option<&dyn super::conn::Encode>,
+    ) -> Result<(StreamSender, Streaming<Resp>), Status> {
+        let _span = tracing::trace_span!("stream", method = method.path).entered();
+        self.inner.counters.call();
+        let conn = self.inner.conn()?;
+        let (timeout_us, deadline) = self.timing(request);
+        let shared = StreamShared::new(0, conn.local_hello.call_window, false);
+        let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
+        let headers = headers_frame(request.metadata(), message.is_none());
+        self.inner.endpoint.call_started();
+        conn.submit(Work::Open(OpenCall {
+            caller: Caller::Stream(Arc::clone(&shared)),
+            method: method.id,
+            timeout_us,
+            deadline,
+            headers,
+            message,
+        }));
+        let sender = StreamSender {
+            shared: Arc::clone(&shared),
+            conn: Arc::clone(&conn),
+            path: method.path,
+        };
+        let mut responses = Streaming::new(shared, conn, Reader::Client, method.path);
+        responses.set_endpoint(Arc::clone(&self.inner.endpoint));
+        Ok((sender, responses))
+    }
+
+    /// Opens a call whose requests are the stream `requests` (its metadata in the request).
+    fn open_with<Resp, S>(
+        &self,
+        method: &'static MethodDescriptor,
+        requests: Request<S>,
+    ) -> Result<(StreamSender, Streaming<Resp>, S), Status> {
+        let (request, messages) = requests.into_parts();
+        let (sender, responses) = self.open_stream(method, &request, None)?;
+        Ok((sender, responses, messages))
+    }
+
+    fn counted<T>(&self, result: Result<T, Status>) -> Result<T, Status> {
+        if result.is_err() {
+            self.inner.counters.error();
+        }
+        result
+    }
+
+    /// Calls a server-streaming method and blocks until the response headers arrive (or
+    /// the first message, or the call's end); the messages then come from the stream.
+    pub fn server_streaming<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let result = self
+            .open_stream(method, &request, Some(request.get_ref()))
+            .and_then(|(_, mut responses)| {
+                let headers = responses.wait_headers()?;
+                Ok(Response::from_parts(headers, responses, MetadataMap::new()))
+            });
+        self.counted(result)
+    }
+
+    /// [`Client::server_streaming`] without blocking: the future resolves when the response
+    /// headers arrive.
+    pub async fn server_streaming_async<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let opened = self.open_stream(method, &request, Some(request.get_ref()));
+        drop(request);
+        let result = match opened {
+            Ok((_, mut responses)) => {
+                match std::future::poll_fn(|cx| responses.poll_headers(cx)).await {
+                    Ok(headers) => Ok(Response::from_parts(headers, responses, MetadataMap::new())),
+                    Err(status) => Err(status),
+                }
+            }
+            Err(status) => Err(status),
+        };
+        self.counted(result)
+    }
+
+    /// Opens a call whose requests are a stream (client-streaming or bidirectional) and
+    /// returns its handle: send requests, close them, read responses, blocking or async.
+    /// `request` carries the call's metadata and timeout.
+    pub fn streaming<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<()>,
+    ) -> Result<StreamingCall<Req, Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let opened = self.open_stream(method, &request, None);
+        let (sender, responses) = self.counted(opened)?;
+        Ok(StreamingCall {
+            sender,
+            responses,
+            closed: false,
+            _request: PhantomData,
+        })
+    }
+
+    /// Calls a client-streaming method with the messages of `requests`, blocking until the
+    /// response.
+    pub fn client_streaming<Req, Resp, I>(
+        &self,
+        method: &'static MethodDescriptor,
+        requests: Request<I>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+        I: IntoIterator<Item = Req>,
+    {
+        let (request, messages) = requests.into_parts();
+        let mut call = self.streaming::<Req, Resp>(method, request)?;
+        for message in messages {
+            if call.send(&message).is_err() {
+                // The call is over: its status comes with the response.
+                break;
+            }
+        }
+        let result = call.finish();
+        self.counted(result)
+    }
+
+    /// Calls a client-streaming method with the messages of the stream `requests`; the
+    /// future pulls the stream while it is polled and resolves with the response.
+    pub async fn client_streaming_async<Req, Resp, S>(
+        &self,
+        method: &'static MethodDescriptor,
+        requests: Request<S>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message + 'static,
+        Resp: prost::Message + Default,
+        S: futures_core::Stream<Item = Req> + Send + 'static,
+    {
+        let (sender, mut responses, messages) = match self.open_with(method, requests) {
+            Ok(opened) => opened,
+            Err(status) => return self.counted(Err(status)),
+        };
+        let mut pump = std::pin::pin!(pump_requests(sender, messages));
+        let mut pumped = false;
+        let (mut headers, mut message) = (None, None);
+        let result = std::future::poll_fn(|cx| {
+            if !pumped && pump.as_mut().poll(cx).is_ready() {
+                pumped = true;
+            }
+            responses.poll_unary(&mut headers, &mut message, cx)
+        })
+        .await;
+        self.counted(result)
+    }
+
+    /// Calls a bidirectional method with the stream `requests`; resolves when the response
+    /// headers arrive. The request stream is pulled while this future or the response
+    /// stream is polled (no executor of its own): keep reading responses to keep requests
+    /// flowing.
+    pub async fn bidi_streaming_async<Req, Resp, S>(
+        &self,
+        method: &'static MethodDescriptor,
+        requests: Request<S>,
+    ) -> Result<Response<Streaming<Resp>>, Status>
+    where
+        Req: prost::Message + 'static,
+        Resp: prost::Message + Default,
+        S: futures_core::Stream<Item = Req> + Send + 'static,
+    {
+        let (sender, mut responses, messages) = match self.open_with(method, requests) {
+            Ok(opened) => opened,
+            Err(status) => return self.counted(Err(status)),
+        };
+        responses.set_pump(Box::pin(pump_requests(sender, messages)));
+        let result = match std::future::poll_fn(|cx| responses.poll_headers(cx)).await {
+            Ok(headers) => Ok(Response::from_parts(headers, responses, MetadataMap::new())),
+            Err(status) => Err(status),
+        };
+        self.counted(result)
+    }
+}
+
+/// Sends the messages of `messages`, each once the previous one left the send queue, then
+/// half-closes. Stops when the call is over; a message the server would refuse cancels the
+/// call.
+async fn pump_requests<Req, S>(sender: StreamSender, messages: S)
+where
+    Req: prost::Message,
+    S: futures_core::Stream<Item = Req>,
+{
+    let mut messages = std::pin::pin!(messages);
+    loop {
+        if std::future::poll_fn(|cx| sender.poll_ready(cx))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        match std::future::poll_fn(|cx| messages.as_mut().poll_next(cx)).await {
+            Some(message) => {
+                if let Err(status) = sender.send(&message) {
+                    sender.cancel(status);
+                    return;
+                }
+            }
+            None => {
+                sender.half_close();
+                return;
+            }
+        }
+    }
+}
+
+/// A call whose requests are a stream, from [`Client::streaming`]: send requests with
+/// [`StreamingCall::send`] (blocking) or [`StreamingCall::send_async`], end them with
+/// [`StreamingCall::close_send`], read responses from [`StreamingCall::responses`]. Each
+/// send waits until the previous message left the send queue (the server's flow-control
+/// window), so a slow server slows its sender down instead of filling memory. Dropping the
+/// handle before the call ended cancels it.
+pub struct StreamingCall<Req, Resp> {
+    sender: StreamSender,
+    responses: Streaming<Resp>,
+    closed: bool,
+    _request: PhantomData<fn(Req)>,
+}
+
+impl<Req, Resp> std::fmt::Debug for StreamingCall<Req, Resp> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingCall")
+            .field("method", &self.sender.path)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Req: prost::Message, Resp: prost::Message + Default> StreamingCall<Req, Resp> {
+    /// Sends a request, blocking while the previous one waits for the server's window. An
+    /// error means the call is over (its status comes from the responses).
+    pub fn send(&mut self, message: &Req) -> Result<(), Status> {
+        if self.closed {
+            return Err(Status::failed_precondition("the requests were closed"));
+        }
+        self.sender.send_blocking(message)
+    }
+
+    /// [`StreamingCall::send`] without blocking.
+    pub async fn send_async(&mut self, message: &Req) -> Result<(), Status> {
+        if self.closed {
+            return Err(Status::failed_precondition("the requests were closed"));
+        }
+        self.sender.send_async(message).await
+    }
+
+    /// Ends the requests (the server sees the end of its request stream); blocks while the
+    /// last request waits for the server's window.
+    pub fn close_send(&mut self) {
+        if !std::mem::replace(&mut self.closed, true) && self.sender.wait_ready().is_ok() {
+            self.sender.half_close();
+        }
+    }
+
+    /// [`StreamingCall::close_send`] without blocking.
+    pub async fn close_send_async(&mut self) {
+        if !std::mem::replace(&mut self.closed, true)
+            && std::future::poll_fn(|cx| self.sender.poll_ready(cx))
+                .await
+                .is_ok()
+        {
+            self.sender.half_close();
+        }
+    }
+
+    /// The response stream.
+    pub fn responses(&mut self) -> &mut Streaming<Resp> {
+        &mut self.responses
+    }
+
+    /// The next response, blocking (`Ok(None)` at the end).
+    pub fn recv(&mut self) -> Result<Option<Resp>, Status> {
+        self.responses.blocking_message()
+    }
+
+    /// The next response (`Ok(None)` at the end).
+    pub async fn message(&mut self) -> Result<Option<Resp>, Status> {
+        self.responses.message().await
+    }
+
+    /// Client-streaming: closes the requests and blocks for the one response.
+    pub fn finish(mut self) -> Result<Response<Resp>, Status> {
+        self.close_send();
+        let headers = self.responses.wait_headers()?;
+        let mut message = None;
+        while let Some(m) = self.responses.blocking_message()? {
+            if message.replace(m).is_some() {
+                return Err(Status::internal(format!(
+                    "{}: more than one response to a client-streaming call",
+                    self.sender.path
+                )));
+            }
+        }
+        let trailers = self.responses.trailers().cloned().unwrap_or_default();
+        match message {
+            Some(m) => Ok(Response::from_parts(headers, m, trailers)),
+            None => Err(Status::internal(format!(
+                "{}: the server ended the call without a response",
+                self.sender.path
+            ))),
+        }
+    }
+
+    /// Client-streaming: [`StreamingCall::finish`] without blocking.
+    pub async fn finish_async(mut self) -> Result<Response<Resp>, Status> {
+        self.close_send_async().await;
+        let (mut headers, mut message) = (None, None);
+        std::future::poll_fn(|cx| self.responses.poll_unary(&mut headers, &mut message, cx)).await
     }
 }

@@ -17,47 +17,75 @@ use foldhash::{HashMap, HashMapExt};
 use rpc_sync::{assert_unlocked, Serializer};
 
 use super::client::CallCell;
+use super::stream::{Cancel, Incoming, StreamShared};
 use super::Counters;
 
+use crate::codegen::MethodKind;
 use crate::protocol::v2::{
     flags, metadata, Connection, Event, Hello, Kind, Outgoing, Payload as Body, Role, SendError,
     HEADER_LEN,
 };
 use crate::transport::{Link, RecvBuf, SendBuf};
-use crate::{Code, Status};
+use crate::{Code, MetadataMap, Status};
 
 /// What the protocol core keeps per call.
 pub(crate) enum CallRef {
-    /// Client: where the outcome goes.
+    /// Client, unary: where the outcome goes.
     Waiter(Arc<CallCell>),
-    /// Server: a call handed to a handler.
-    Served,
+    /// Server, unary: a call handed to its handler, and the handler's task once it awaits
+    /// (cancelled with the call).
+    Served(Option<Arc<dyn Cancel>>),
+    /// Either side: a streaming call.
+    Stream(Arc<StreamShared>),
 }
 
 type Core = Connection<CallRef, SendBuf>;
 
-/// Server: a unary call waiting for its half-close (PROTOCOL.md §16.1: exactly one request
-/// message; a second one, or none, is answered INTERNAL).
+/// Server: a call of a unary-request method (unary, server streaming) waiting for its
+/// half-close (PROTOCOL.md §16.1: exactly one request message; a second one, or none, is
+/// answered INTERNAL).
 struct Awaiting {
     method: u32,
     deadline: Option<Instant>,
+    headers: MetadataMap,
     /// The request message, once it arrived without the half-close.
     message: Option<Payload>,
+}
+
+/// Client, unary: what arrived before the call's END (a server that sends headers or
+/// trailers answers HEADERS, MESSAGE, END instead of one MESSAGE with END).
+#[derive(Default)]
+struct PartialReply {
+    headers: MetadataMap,
+    message: Option<Payload>,
+}
+
+/// A unary call's reply as its caller gets it.
+pub(crate) struct Reply {
+    pub(crate) payload: Payload,
+    pub(crate) headers: MetadataMap,
+    pub(crate) trailers: MetadataMap,
 }
 
 /// The state one thread at a time works on.
 pub(crate) struct Owned {
     core: Core,
-    /// Server: unary calls opened but not yet half-closed. Bounded by `max_calls`, and each
-    /// held message by `max_message_size` (a client's half-close normally comes with its
-    /// message, which is then served at once and never held).
+    /// Server: unary-request calls opened but not yet half-closed. Bounded by `max_calls`,
+    /// and each held message by `max_message_size` (a client's half-close normally comes
+    /// with its message, which is then served at once and never held).
     awaiting_message: HashMap<u64, Awaiting>,
+    /// Client: unary calls whose headers or message came before their END. Bounded by
+    /// `max_calls`, each message by `max_message_size`.
+    replies: HashMap<u64, PartialReply>,
+    /// Streams whose last message is queued in the core: their sender waits until it left.
+    /// Bounded by `max_calls`.
+    blocked: Vec<Arc<StreamShared>>,
     /// Client: call deadlines, earliest first (stale entries are skipped when popped).
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
     /// (as gRPC queues streams beyond MAX_CONCURRENT_STREAMS). Bounded by what the
     /// application has started and not given up.
-    waiting: std::collections::VecDeque<PendingOpen>,
+    waiting: std::collections::VecDeque<OpenCall>,
     /// Frames received so far, and the count at the last keepalive check.
     frames_received: u64,
     frames_seen: u64,
@@ -88,33 +116,116 @@ impl Default for Keepalive {
     }
 }
 
-/// A call waiting to be opened.
-struct PendingOpen {
-    cell: Arc<CallCell>,
-    method: u32,
-    timeout_us: u32,
-    deadline: Option<Instant>,
-    frame: Outgoing<SendBuf>,
+/// Client: who waits for a call's outcome.
+#[derive(Clone)]
+pub(crate) enum Caller {
+    /// A unary call's cell.
+    Unary(Arc<CallCell>),
+    /// A streaming call.
+    Stream(Arc<StreamShared>),
+}
+
+impl Caller {
+    fn id(&self) -> u64 {
+        match self {
+            Caller::Unary(c) => c.id(),
+            Caller::Stream(s) => s.id(),
+        }
+    }
+
+    fn set_id(&self, id: u64) {
+        match self {
+            Caller::Unary(c) => c.set_id(id),
+            Caller::Stream(s) => s.set_id(id),
+        }
+    }
+
+    fn call_ref(&self) -> CallRef {
+        match self {
+            Caller::Unary(c) => CallRef::Waiter(Arc::clone(c)),
+            Caller::Stream(s) => CallRef::Stream(Arc::clone(s)),
+        }
+    }
+
+    fn same(&self, other: &Caller) -> bool {
+        match (self, other) {
+            (Caller::Unary(a), Caller::Unary(b)) => Arc::ptr_eq(a, b),
+            (Caller::Stream(a), Caller::Stream(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    fn fail(self, status: Status) -> Delivery {
+        match self {
+            Caller::Unary(cell) => Delivery::Complete {
+                cell,
+                result: Err(status),
+            },
+            Caller::Stream(stream) => Delivery::End {
+                stream,
+                end: Err(status),
+            },
+        }
+    }
+}
+
+/// Client: a call to open: its request headers (a HEADERS frame, or none) and its first
+/// message (unary and server-streaming calls; with END).
+pub(crate) struct OpenCall {
+    pub(crate) caller: Caller,
+    pub(crate) method: u32,
+    pub(crate) timeout_us: u32,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) headers: Option<Outgoing<SendBuf>>,
+    pub(crate) message: Option<Outgoing<SendBuf>>,
+}
+
+impl OpenCall {
+    /// The same call with its frames copied out of their send slots: a call waiting to be
+    /// opened must not hold slots (see the core's `send`).
+    fn detached(self) -> OpenCall {
+        OpenCall {
+            headers: self.headers.map(Outgoing::detached),
+            message: self.message.map(Outgoing::detached),
+            ..self
+        }
+    }
 }
 
 /// Work for the owner of a connection's state.
 pub(crate) enum Work {
     /// A received frame.
     Frame(RecvBuf),
-    /// Client: open a call whose request is encoded in `frame`.
-    Open {
-        cell: Arc<CallCell>,
-        method: u32,
-        timeout_us: u32,
-        deadline: Option<Instant>,
+    /// Client: open a call.
+    Open(OpenCall),
+    /// A stream's next message (MESSAGE without END).
+    Send {
+        stream: Arc<StreamShared>,
         frame: Outgoing<SendBuf>,
     },
-    /// Server: a call's final message (status OK).
-    Reply { call: u64, frame: Outgoing<SendBuf> },
-    /// Server: end a call with a status.
-    Fail { call: u64, status: Status },
-    /// Client: give a call up (deadline passed, future dropped).
-    Cancel { cell: Arc<CallCell>, status: Status },
+    /// Client: the end of a stream's requests (END).
+    HalfClose(Arc<StreamShared>),
+    /// Server: a call's response headers.
+    Headers { call: u64, block: Vec<u8> },
+    /// Server: a unary call's reply: headers if any, the message, trailers if any (with
+    /// neither, one MESSAGE with END).
+    Reply {
+        call: u64,
+        frame: Outgoing<SendBuf>,
+        headers: Vec<u8>,
+        trailers: MetadataMap,
+    },
+    /// Server: end a call with a status (OK included); its metadata goes as trailers.
+    End { call: u64, status: Status },
+    /// Client: give a call up (deadline passed, future or stream dropped).
+    Cancel { caller: Caller, status: Status },
+    /// A stream's reader consumed `bytes` of window: return them to the peer.
+    Consumed {
+        stream: Arc<StreamShared>,
+        bytes: u32,
+    },
+    /// Server: a unary handler's task awaits; cancel it if the call is.
+    Attach { call: u64, task: Arc<dyn Cancel> },
     /// Client: fail the calls whose deadline passed by `now`.
     Expire(Instant),
     /// Check the peer is alive (PING it, or give up on it).
@@ -130,33 +241,55 @@ pub(crate) enum Work {
 /// What an owner hands out to run after letting go of the state.
 pub(crate) enum Delivery {
     /// Server: a request for a handler.
-    Request {
-        call: u64,
-        method: u32,
-        deadline: Option<Instant>,
-        payload: Payload,
-    },
-    /// Client: a call's outcome.
+    Request(RequestDelivery),
+    /// Client: a unary call's outcome.
     Complete {
         cell: Arc<CallCell>,
-        result: Result<Payload, Status>,
+        result: Result<Reply, Status>,
     },
-    /// Several calls fail at once (connection lost, GOODBYE, deadlines).
-    FailMany(Vec<(Arc<CallCell>, Status)>),
+    /// A streaming call received something.
+    Push {
+        stream: Arc<StreamShared>,
+        item: Incoming,
+    },
+    /// Server: the client half-closed a stream.
+    HalfClosed(Arc<StreamShared>),
+    /// A streaming call is over (client: its status; server: cancelled or lost).
+    End {
+        stream: Arc<StreamShared>,
+        end: Result<MetadataMap, Status>,
+    },
+    /// A stream's sender may go on.
+    Ready(Arc<StreamShared>),
+    /// Server: cancel a handler's task.
+    CancelTask(Arc<dyn Cancel>),
     /// More than one of the above.
     Batch(Vec<Delivery>),
 }
 
+/// Server: a call for a handler.
+pub(crate) struct RequestDelivery {
+    pub(crate) call: u64,
+    pub(crate) method: u32,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) metadata: MetadataMap,
+    pub(crate) body: RequestBody,
+    /// The call's stream state: its requests (client-streaming and bidi methods), its
+    /// responses (server-streaming and bidi), its cancellation. `None` for unary methods.
+    pub(crate) stream: Option<Arc<StreamShared>>,
+}
+
+/// A request's messages: the one message of a unary-request call, or the call's stream.
+pub(crate) enum RequestBody {
+    Message(Payload),
+    Stream,
+}
+
 /// How a connection hands requests to services.
 pub(crate) trait Dispatch: Send + Sync + 'static {
-    fn request(
-        &self,
-        conn: &Arc<Conn>,
-        call: u64,
-        method: u32,
-        deadline: Option<Instant>,
-        payload: Payload,
-    );
+    /// The kind of method `method`, or `None` when no service has it.
+    fn kind(&self, method: u32) -> Option<MethodKind>;
+    fn request(&self, conn: &Arc<Conn>, request: RequestDelivery);
 }
 
 /// A link and its protocol state.
@@ -167,6 +300,8 @@ pub(crate) struct Conn {
     pub(crate) peer: Arc<str>,
     /// The peer's HELLO (fixed for the connection's life).
     pub(crate) peer_hello: Hello,
+    /// Our HELLO.
+    pub(crate) local_hello: Hello,
     /// Payload bytes of a frame to the peer.
     pub(crate) max_segment: usize,
     state: Serializer<Owned, Work>,
@@ -210,11 +345,14 @@ impl Conn {
             me: me.clone(),
             peer: link.peer_name().into(),
             peer_hello: peer,
+            local_hello: local,
             max_segment: core.max_segment(),
             link,
             state: Serializer::new(Owned {
                 core,
                 awaiting_message: HashMap::new(),
+                replies: HashMap::new(),
+                blocked: Vec::new(),
                 deadlines: BinaryHeap::new(),
                 waiting: std::collections::VecDeque::new(),
                 frames_received: 0,
@@ -333,74 +471,61 @@ impl Conn {
     fn step(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
         if owned.closed {
             return match work {
-                Work::Open { cell, .. } => Some(Delivery::Complete {
-                    cell,
-                    result: Err(closed_status()),
-                }),
+                Work::Open(call) => Some(call.caller.fail(closed_status())),
+                Work::Send { stream, .. } | Work::HalfClose(stream) => {
+                    Some(Delivery::Ready(stream))
+                }
                 _ => None,
             };
         }
-        let reposted = self.link.take_reposted();
-        if reposted > 0 {
-            owned.core.released(reposted);
-        }
+        self.take_reposted(owned);
         let delivery = match work {
             Work::Frame(buf) => self.on_frame(owned, buf),
-            Work::Open {
-                cell,
-                method,
-                timeout_us,
-                deadline,
-                frame,
-            } => {
-                let call = PendingOpen {
-                    cell,
-                    method,
-                    timeout_us,
-                    deadline,
-                    frame,
-                };
+            Work::Open(call) => {
                 if owned.waiting.is_empty() {
                     self.open(owned, call)
                 } else {
                     // Behind calls already waiting: keep the order.
-                    owned.waiting.push_back(PendingOpen {
-                        frame: call.frame.detached(),
-                        ..call
-                    });
+                    owned.waiting.push_back(call.detached());
                     None
                 }
             }
-            Work::Reply { call, frame } => {
-                let sent = owned.core.send(call, frame, 0, 0);
-                // Cancelled meanwhile (dropped), or too large for the client: tell it.
-                if let Err(SendError::TooLarge(why)) = self.post_result(sent) {
-                    let status = Status::resource_exhausted(why);
-                    let _ = self.post_result(owned.core.end_call(call, &status, &[]));
-                }
+            Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
+            Work::HalfClose(stream) => {
+                self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
+            }
+            Work::Headers { call, block } => {
+                let frame = block_frame(Kind::Headers, block);
+                let _ = self.post_result(owned.core.send(call, frame, 0, 0));
                 None
             }
-            Work::Fail { call, status } => {
-                let _ = self.post_result(owned.core.end_call(call, &status, &[]));
+            Work::Reply {
+                call,
+                frame,
+                headers,
+                trailers,
+            } => {
+                self.reply(owned, call, frame, headers, trailers);
                 None
             }
-            Work::Cancel { cell, status } => {
-                let id = cell.id();
-                if id == 0 {
-                    // Still waiting to be opened: it never reaches the server.
-                    owned.waiting.retain(|w| !Arc::ptr_eq(&w.cell, &cell));
-                    Some(Delivery::Complete {
-                        cell,
-                        result: Err(status),
-                    })
+            Work::End { call, status } => {
+                self.end_call(owned, call, &status);
+                None
+            }
+            Work::Cancel { caller, status } => self.cancel(owned, caller, status),
+            Work::Consumed { stream, bytes } => {
+                owned.core.consumed(stream.id(), bytes);
+                None
+            }
+            Work::Attach { call, task } => {
+                if owned
+                    .core
+                    .set_user(call, CallRef::Served(Some(Arc::clone(&task))))
+                {
+                    None
                 } else {
-                    match owned.core.cancel(id, status.code()) {
-                        Some(CallRef::Waiter(cell)) => Some(Delivery::Complete {
-                            cell,
-                            result: Err(status),
-                        }),
-                        _ => None,
-                    }
+                    // Cancelled (or over) before the task was attached.
+                    Some(Delivery::CancelTask(task))
                 }
             }
             Work::Expire(now) => expire(owned, now),
@@ -413,8 +538,129 @@ impl Conn {
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
         };
         let delivery = self.open_waiting(owned, delivery);
+        // Slots released by this step's frames (copied out of their slots) count now.
+        self.take_reposted(owned);
         self.transmit(owned);
-        delivery
+        self.release_senders(owned, delivery)
+    }
+
+    fn take_reposted(&self, owned: &mut Owned) {
+        let reposted = self.link.take_reposted();
+        if reposted > 0 {
+            owned.core.released(reposted);
+        }
+    }
+
+    /// Server: a unary reply; with headers or trailers it takes three frames.
+    fn reply(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        frame: Outgoing<SendBuf>,
+        headers: Vec<u8>,
+        trailers: MetadataMap,
+    ) {
+        let plain = headers.is_empty() && trailers.is_empty();
+        if !headers.is_empty() {
+            let headers = block_frame(Kind::Headers, headers);
+            let _ = self.post_result(owned.core.send(call, headers, 0, 0));
+        }
+        let frame = if plain {
+            frame
+        } else {
+            Outgoing {
+                flags: frame.flags & !flags::END,
+                ..frame
+            }
+        };
+        let sent = owned.core.send(call, frame, 0, 0);
+        match self.post_result(sent) {
+            // Too large for the client: tell it.
+            Err(SendError::TooLarge(why)) => {
+                self.end_call(owned, call, &Status::resource_exhausted(why));
+            }
+            Ok(()) if !plain => {
+                let status = Status::new(Code::Ok, "").with_metadata(trailers);
+                self.end_call(owned, call, &status);
+            }
+            // Sent, or the call is gone (cancelled meanwhile).
+            _ => {}
+        }
+    }
+
+    /// Server: END with `status`, its metadata as trailers.
+    fn end_call(&self, owned: &mut Owned, call: u64, status: &Status) {
+        let trailers: Vec<(&str, &[u8])> = status.metadata().iter().collect();
+        let _ = self.post_result(owned.core.end_call(call, status, &trailers));
+    }
+
+    /// A stream's frame: sent (or queued behind its window) and the sender told when it
+    /// may go on.
+    fn send_stream(
+        &self,
+        owned: &mut Owned,
+        stream: Arc<StreamShared>,
+        frame: Outgoing<SendBuf>,
+    ) -> Option<Delivery> {
+        let id = stream.id();
+        match self.post_result(owned.core.send(id, frame, 0, 0)) {
+            Ok(()) => {
+                if owned.core.queued(id) > 0 {
+                    owned.blocked.push(stream);
+                    return None;
+                }
+            }
+            Err(SendError::TooLarge(why)) => {
+                let status = Status::resource_exhausted(why);
+                match owned.core.role() {
+                    Role::Server => self.end_call(owned, id, &status),
+                    Role::Client => {
+                        owned.core.cancel(id, Code::ResourceExhausted);
+                        return Some(Delivery::End {
+                            stream,
+                            end: Err(status),
+                        });
+                    }
+                }
+                stream.finish();
+            }
+            // Over, or this side already half-closed it: the sender finds out.
+            Err(_) => stream.finish(),
+        }
+        Some(Delivery::Ready(stream))
+    }
+
+    /// Senders whose queued message left: they may go on.
+    fn release_senders(&self, owned: &mut Owned, delivery: Option<Delivery>) -> Option<Delivery> {
+        if owned.blocked.is_empty() {
+            return delivery;
+        }
+        let core = &owned.core;
+        let (ready, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut owned.blocked)
+            .into_iter()
+            .partition(|s| core.queued(s.id()) == 0);
+        owned.blocked = blocked;
+        if ready.is_empty() {
+            return delivery;
+        }
+        let mut all: Vec<Delivery> = ready.into_iter().map(Delivery::Ready).collect();
+        all.extend(delivery);
+        Some(Delivery::Batch(all))
+    }
+
+    /// Client: gives a call up; the outcome goes to its caller unless the call already
+    /// ended.
+    fn cancel(&self, owned: &mut Owned, caller: Caller, status: Status) -> Option<Delivery> {
+        let id = caller.id();
+        if id == 0 {
+            // Still waiting to be opened: it never reaches the server.
+            let before = owned.waiting.len();
+            owned.waiting.retain(|w| !w.caller.same(&caller));
+            return (owned.waiting.len() != before).then(|| caller.fail(status));
+        }
+        owned.replies.remove(&id);
+        let user = owned.core.cancel(id, status.code())?;
+        call_ended(user, status)
     }
 
     /// Opens waiting calls while the server's `max_calls` allows.
@@ -436,34 +682,16 @@ impl Conn {
         Some(Delivery::Batch(more))
     }
 
-    fn open(&self, owned: &mut Owned, call: PendingOpen) -> Option<Delivery> {
+    fn open(&self, owned: &mut Owned, call: OpenCall) -> Option<Delivery> {
         if call.deadline.is_some_and(|d| d <= Instant::now()) {
-            return Some(Delivery::Complete {
-                cell: call.cell,
-                result: Err(Status::deadline_exceeded(
-                    "the deadline passed while the call waited to be sent",
-                )),
-            });
+            return Some(call.caller.fail(Status::deadline_exceeded(
+                "the deadline passed while the call waited to be sent",
+            )));
         }
-        let PendingOpen {
-            cell,
-            method,
-            timeout_us,
-            deadline,
-            frame,
-        } = call;
-        let id = match owned.core.open_call(CallRef::Waiter(Arc::clone(&cell))) {
+        let id = match owned.core.open_call(call.caller.call_ref()) {
             Ok(id) => id,
             Err(SendError::AtCapacity) => {
-                // Waiting calls must not hold send slots (see the core's `send`).
-                let frame = frame.detached();
-                owned.waiting.push_front(PendingOpen {
-                    cell,
-                    method,
-                    timeout_us,
-                    deadline,
-                    frame,
-                });
+                owned.waiting.push_front(call.detached());
                 return None;
             }
             Err(e) => {
@@ -474,13 +702,18 @@ impl Conn {
                     )),
                     other => Status::internal(format!("could not start the call: {other:?}")),
                 };
-                return Some(Delivery::Complete {
-                    cell,
-                    result: Err(status),
-                });
+                return Some(call.caller.fail(status));
             }
         };
-        cell.set_id(id);
+        let OpenCall {
+            caller,
+            method,
+            timeout_us,
+            deadline,
+            headers,
+            message,
+        } = call;
+        caller.set_id(id);
         if let Some(d) = deadline {
             owned.deadlines.push(Reverse((d, id)));
             if owned.deadlines.len() > 64 + 2 * owned.core.peer().max_calls as usize {
@@ -491,19 +724,29 @@ impl Conn {
                     .retain(|Reverse((_, id))| core.user(*id).is_some());
             }
         }
-        let sent = owned.core.send(id, frame, method, timeout_us);
-        match self.post_result(sent) {
-            Ok(()) => None,
+        let mut sent = Ok(());
+        for frame in headers.into_iter().chain(message) {
+            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+            if sent.is_err() {
+                break;
+            }
+        }
+        match sent {
+            Ok(()) => match caller {
+                Caller::Stream(stream) if owned.core.queued(id) > 0 => {
+                    owned.blocked.push(stream);
+                    None
+                }
+                Caller::Stream(stream) => Some(Delivery::Ready(stream)),
+                Caller::Unary(_) => None,
+            },
             Err(e) => {
                 owned.core.cancel(id, Code::Cancelled);
                 let status = match e {
                     SendError::TooLarge(why) => Status::resource_exhausted(why),
                     other => Status::internal(format!("could not send the request: {other:?}")),
                 };
-                Some(Delivery::Complete {
-                    cell,
-                    result: Err(status),
-                })
+                Some(caller.fail(status))
             }
         }
     }
@@ -554,213 +797,501 @@ impl Conn {
             } => {
                 let body = Span::of(&buf, body);
                 match owned.core.role() {
-                    Role::Client => {
-                        let Some(CallRef::Waiter(cell)) = ended else {
-                            // A unary call's messages end it; a reply without END waits
-                            // for the status, keeping its bytes.
-                            return None;
-                        };
-                        Some(Delivery::Complete {
-                            cell,
-                            result: Ok(body.into_payload(buf, self)),
-                        })
-                    }
-                    Role::Server => {
-                        let payload = body.into_payload(buf, self);
-                        let mut awaiting = match opened {
-                            Some((method, timeout_us)) => Awaiting {
-                                method,
-                                deadline: deadline_of(timeout_us),
-                                message: None,
-                            },
-                            None => owned.awaiting_message.remove(&call)?,
-                        };
-                        if awaiting.message.is_some() {
-                            let status =
-                                Status::internal("a unary call got more than one request message");
-                            let _ = self.post_result(owned.core.end_call(call, &status, &[]));
-                            return None;
-                        }
-                        if !end {
-                            // Served at the half-close, unless a second message comes
-                            // first. Copied out: a held message must not keep a slot (and
-                            // its credit) from the peer.
-                            awaiting.message = Some(payload.detach());
-                            owned.awaiting_message.insert(call, awaiting);
-                            return None;
-                        }
-                        Some(self.serve(owned, call, awaiting.method, awaiting.deadline, payload))
-                    }
+                    Role::Client => self.client_message(owned, call, body, buf, ended),
+                    Role::Server => self.server_message(owned, call, opened, body, buf, end),
                 }
             }
             Event::Opened {
                 call,
                 method,
                 timeout_us,
-                ..
+                headers,
             } => {
-                owned.awaiting_message.insert(
-                    call,
-                    Awaiting {
-                        method,
-                        deadline: deadline_of(timeout_us),
-                        message: None,
-                    },
-                );
-                None
-            }
-            Event::HalfClosed { call } => match owned.awaiting_message.remove(&call)? {
-                Awaiting {
-                    method,
-                    deadline,
-                    message: Some(payload),
-                } => Some(self.serve(owned, call, method, deadline, payload)),
-                Awaiting { message: None, .. } => {
-                    let status = Status::internal("a unary call ended without a request message");
-                    let _ = self.post_result(owned.core.end_call(call, &status, &[]));
-                    None
+                let metadata = MetadataMap::from_block(&headers);
+                drop(buf);
+                let deadline = deadline_of(timeout_us);
+                match self.method_kind(method) {
+                    None => {
+                        self.unknown_method(owned, call, method);
+                        None
+                    }
+                    Some(kind) if receives_stream(kind) => {
+                        Some(self.serve_stream(owned, call, method, deadline, metadata))
+                    }
+                    Some(_) => {
+                        owned.awaiting_message.insert(
+                            call,
+                            Awaiting {
+                                method,
+                                deadline,
+                                headers: metadata,
+                                message: None,
+                            },
+                        );
+                        None
+                    }
                 }
-            },
+            }
+            Event::HalfClosed { call } => {
+                drop(buf);
+                match owned.awaiting_message.remove(&call) {
+                    Some(Awaiting {
+                        method,
+                        deadline,
+                        headers,
+                        message: Some(payload),
+                    }) => Some(self.serve(owned, call, method, deadline, headers, payload)),
+                    Some(Awaiting { message: None, .. }) => {
+                        let status =
+                            Status::internal("a unary call ended without a request message");
+                        self.end_call(owned, call, &status);
+                        None
+                    }
+                    None => match owned.core.user(call) {
+                        Some(CallRef::Stream(s)) => Some(Delivery::HalfClosed(Arc::clone(s))),
+                        _ => None,
+                    },
+                }
+            }
+            Event::Headers { call, headers } => {
+                let metadata = MetadataMap::from_block(&headers);
+                drop(buf);
+                match owned.core.user(call) {
+                    Some(CallRef::Stream(s)) => Some(Delivery::Push {
+                        stream: Arc::clone(s),
+                        item: Incoming::Headers(metadata),
+                    }),
+                    Some(CallRef::Waiter(_)) => {
+                        owned.replies.entry(call).or_default().headers = metadata;
+                        None
+                    }
+                    _ => None,
+                }
+            }
             Event::Ended {
+                call,
                 code,
                 trailers,
-                user: CallRef::Waiter(cell),
-                ..
+                user,
             } => {
                 let status = status_from_trailers(code, &trailers);
-                let result = if code == Code::Ok {
-                    Err(Status::internal(
-                        "the server ended the call without a reply",
-                    ))
-                } else {
-                    Err(status)
-                };
-                Some(Delivery::Complete { cell, result })
+                drop(buf);
+                let partial = owned.replies.remove(&call);
+                match user {
+                    CallRef::Waiter(cell) => {
+                        let result = match (code, partial) {
+                            (
+                                Code::Ok,
+                                Some(PartialReply {
+                                    headers,
+                                    message: Some(payload),
+                                }),
+                            ) => Ok(Reply {
+                                payload,
+                                headers,
+                                trailers: status.metadata().clone(),
+                            }),
+                            (Code::Ok, _) => Err(Status::internal(
+                                "the server ended the call without a reply",
+                            )),
+                            _ => Err(status),
+                        };
+                        Some(Delivery::Complete { cell, result })
+                    }
+                    CallRef::Stream(stream) => {
+                        let end = if code == Code::Ok {
+                            Ok(status.metadata().clone())
+                        } else {
+                            Err(status)
+                        };
+                        Some(Delivery::End { stream, end })
+                    }
+                    CallRef::Served(_) => None,
+                }
             }
             Event::Cancelled {
                 call, reason, user, ..
             } => {
+                drop(buf);
                 owned.awaiting_message.remove(&call);
-                match user {
-                    CallRef::Waiter(cell) => Some(Delivery::Complete {
-                        cell,
-                        result: Err(Status::new(
-                            if reason == Code::Ok {
-                                Code::Cancelled
-                            } else {
-                                reason
-                            },
-                            "the server cancelled the call",
-                        )),
-                    }),
-                    CallRef::Served => None,
-                }
+                owned.replies.remove(&call);
+                let (code, message) = match (reason, owned.core.role()) {
+                    (Code::Ok, Role::Client) => (Code::Cancelled, "the server cancelled the call"),
+                    (code, Role::Client) => (code, "the server cancelled the call"),
+                    (Code::Ok, Role::Server) => (Code::Cancelled, "the client cancelled the call"),
+                    (code, Role::Server) => (code, "the client cancelled the call"),
+                };
+                call_ended(user, Status::new(code, message))
             }
-            Event::Refused {
-                status,
-                user: CallRef::Waiter(cell),
-                ..
-            } => Some(Delivery::Complete {
-                cell,
-                result: Err(status),
-            }),
+            Event::Refused { call, status, user } => {
+                drop(buf);
+                owned.replies.remove(&call);
+                call_ended(user, status)
+            }
             Event::Goodbye {
                 last_call,
                 unprocessed,
             } => {
+                drop(buf);
                 tracing::debug!(peer = %self.peer, last_call, "peer said goodbye");
+                let status = Status::unavailable(format!(
+                    "{} is shutting down; the call was not processed",
+                    self.peer
+                ));
                 let failed: Vec<_> = unprocessed
                     .into_iter()
-                    .filter_map(|(_, user)| match user {
-                        CallRef::Waiter(cell) => Some((
-                            cell,
-                            Status::unavailable(format!(
-                                "{} is shutting down; the call was not processed",
-                                self.peer
-                            )),
-                        )),
-                        CallRef::Served => None,
+                    .filter_map(|(id, user)| {
+                        owned.replies.remove(&id);
+                        call_ended(user, status.clone())
                     })
                     .collect();
-                (!failed.is_empty()).then_some(Delivery::FailMany(failed))
+                (!failed.is_empty()).then_some(Delivery::Batch(failed))
             }
-            Event::None
-            | Event::Headers { .. }
-            | Event::Pong { .. }
-            | Event::Ended { .. }
-            | Event::Refused { .. } => None,
+            Event::None | Event::Pong { .. } => None,
         }
     }
 
-    /// Hands a unary call's request to its handler.
+    /// Client: a message of a call.
+    fn client_message(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        body: Span,
+        buf: RecvBuf,
+        ended: Option<CallRef>,
+    ) -> Option<Delivery> {
+        match ended {
+            // The last message, with END: the call ended with OK.
+            Some(CallRef::Waiter(cell)) => {
+                let headers = owned
+                    .replies
+                    .remove(&call)
+                    .map(|p| p.headers)
+                    .unwrap_or_default();
+                Some(Delivery::Complete {
+                    cell,
+                    result: Ok(Reply {
+                        payload: body.into_payload(buf, self),
+                        headers,
+                        trailers: MetadataMap::new(),
+                    }),
+                })
+            }
+            Some(CallRef::Stream(stream)) => {
+                let message = body.into_vec(&buf);
+                drop(buf);
+                Some(Delivery::Batch(vec![
+                    Delivery::Push {
+                        stream: Arc::clone(&stream),
+                        item: Incoming::Message(message),
+                    },
+                    Delivery::End {
+                        stream,
+                        end: Ok(MetadataMap::new()),
+                    },
+                ]))
+            }
+            Some(CallRef::Served(_)) => None,
+            None => match owned.core.user(call) {
+                Some(CallRef::Stream(s)) => {
+                    let stream = Arc::clone(s);
+                    let message = body.into_vec(&buf);
+                    drop(buf);
+                    Some(Delivery::Push {
+                        stream,
+                        item: Incoming::Message(message),
+                    })
+                }
+                Some(CallRef::Waiter(_)) => {
+                    // A unary reply without END waits for the status, copied out of its
+                    // slot so it holds no credit meanwhile.
+                    let payload = body.into_payload(buf, self).detach();
+                    let partial = owned.replies.entry(call).or_default();
+                    if partial.message.replace(payload).is_some() {
+                        owned.replies.remove(&call);
+                        let status = Status::internal("a unary call got more than one response");
+                        let user = owned.core.cancel(call, Code::Internal)?;
+                        return call_ended(user, status);
+                    }
+                    None
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Server: a message of a call (`opened`: it opened the call).
+    fn server_message(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        opened: Option<(u32, u32)>,
+        body: Span,
+        buf: RecvBuf,
+        end: bool,
+    ) -> Option<Delivery> {
+        let mut awaiting = match opened {
+            Some((method, timeout_us)) => {
+                let deadline = deadline_of(timeout_us);
+                match self.method_kind(method) {
+                    None => {
+                        drop(buf);
+                        self.unknown_method(owned, call, method);
+                        return None;
+                    }
+                    Some(kind) if receives_stream(kind) => {
+                        let message = body.into_vec(&buf);
+                        drop(buf);
+                        let request =
+                            self.serve_stream(owned, call, method, deadline, MetadataMap::new());
+                        let stream = match &request {
+                            Delivery::Request(RequestDelivery {
+                                stream: Some(stream),
+                                ..
+                            }) => Arc::clone(stream),
+                            _ => unreachable!("serve_stream delivers a stream"),
+                        };
+                        let first = Delivery::Push {
+                            stream: Arc::clone(&stream),
+                            item: Incoming::Message(message),
+                        };
+                        let mut all = vec![request, first];
+                        if end {
+                            all.push(Delivery::HalfClosed(stream));
+                        }
+                        return Some(Delivery::Batch(all));
+                    }
+                    Some(_) => Awaiting {
+                        method,
+                        deadline,
+                        headers: MetadataMap::new(),
+                        message: None,
+                    },
+                }
+            }
+            None => match owned.awaiting_message.remove(&call) {
+                Some(awaiting) => awaiting,
+                None => {
+                    let Some(CallRef::Stream(s)) = owned.core.user(call) else {
+                        return None;
+                    };
+                    let stream = Arc::clone(s);
+                    let message = body.into_vec(&buf);
+                    drop(buf);
+                    let push = Delivery::Push {
+                        stream: Arc::clone(&stream),
+                        item: Incoming::Message(message),
+                    };
+                    if !end {
+                        return Some(push);
+                    }
+                    return Some(Delivery::Batch(vec![push, Delivery::HalfClosed(stream)]));
+                }
+            },
+        };
+        let payload = body.into_payload(buf, self);
+        if awaiting.message.is_some() {
+            let status = Status::internal("a unary call got more than one request message");
+            self.end_call(owned, call, &status);
+            return None;
+        }
+        if !end {
+            // Served at the half-close, unless a second message comes first. Copied out: a
+            // held message must not keep a slot (and its credit) from the peer.
+            awaiting.message = Some(payload.detach());
+            owned.awaiting_message.insert(call, awaiting);
+            return None;
+        }
+        Some(self.serve(
+            owned,
+            call,
+            awaiting.method,
+            awaiting.deadline,
+            awaiting.headers,
+            payload,
+        ))
+    }
+
+    fn method_kind(&self, method: u32) -> Option<MethodKind> {
+        self.dispatch.as_ref().and_then(|d| d.kind(method))
+    }
+
+    /// Server: a call of a method no service has is answered at once.
+    fn unknown_method(&self, owned: &mut Owned, call: u64, method: u32) {
+        self.counters.call();
+        self.counters.error();
+        let status = if self.dispatch.is_some() {
+            Status::unimplemented(format!(
+                "no service on this server has a method with id {method:#010x}"
+            ))
+        } else {
+            Status::unimplemented("this endpoint serves no methods")
+        };
+        self.end_call(owned, call, &status);
+    }
+
+    /// Hands a unary-request call to its handler.
     fn serve(
         &self,
         owned: &mut Owned,
         call: u64,
         method: u32,
         deadline: Option<Instant>,
+        metadata: MetadataMap,
         payload: Payload,
     ) -> Delivery {
-        owned.core.set_user(call, CallRef::Served);
-        Delivery::Request {
+        let stream = match self.method_kind(method) {
+            Some(MethodKind::ServerStreaming) => {
+                let stream = StreamShared::new(call, self.local_hello.call_window, true);
+                owned
+                    .core
+                    .set_user(call, CallRef::Stream(Arc::clone(&stream)));
+                Some(stream)
+            }
+            _ => {
+                owned.core.set_user(call, CallRef::Served(None));
+                None
+            }
+        };
+        Delivery::Request(RequestDelivery {
             call,
             method,
             deadline,
-            payload,
-        }
+            metadata,
+            body: RequestBody::Message(payload),
+            stream,
+        })
+    }
+
+    /// Server: a call whose requests are a stream goes to its handler as soon as it opens.
+    fn serve_stream(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        method: u32,
+        deadline: Option<Instant>,
+        metadata: MetadataMap,
+    ) -> Delivery {
+        let stream = StreamShared::new(call, self.local_hello.call_window, true);
+        owned
+            .core
+            .set_user(call, CallRef::Stream(Arc::clone(&stream)));
+        Delivery::Request(RequestDelivery {
+            call,
+            method,
+            deadline,
+            metadata,
+            body: RequestBody::Stream,
+            stream: Some(stream),
+        })
     }
 
     fn fail_all(&self, owned: &mut Owned, reason: &str) -> Delivery {
         owned.closed = true;
         self.closed.store(true, Ordering::Release);
         let status = Status::unavailable(format!("connection to {} lost: {reason}", self.peer));
-        let failed = owned
+        let mut failed: Vec<Delivery> = owned
             .core
             .drain_calls()
             .into_iter()
-            .filter_map(|(_, user)| match user {
-                CallRef::Waiter(cell) => Some((cell, status.clone())),
-                CallRef::Served => None,
-            })
+            .filter_map(|(_, user)| call_ended(user, status.clone()))
             .collect();
-        let mut failed: Vec<_> = failed;
-        failed.extend(owned.waiting.drain(..).map(|w| (w.cell, status.clone())));
+        failed.extend(
+            owned
+                .waiting
+                .drain(..)
+                .map(|w| w.caller.fail(status.clone())),
+        );
+        failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
         owned.deadlines.clear();
         owned.awaiting_message.clear();
-        Delivery::FailMany(failed)
+        owned.replies.clear();
+        Delivery::Batch(failed)
     }
 
     /// Runs a delivery: no state is owned here, so handlers may take their time and calls
     /// on this connection go on meanwhile.
     fn deliver(self: &Arc<Self>, delivery: Delivery) {
         match delivery {
-            Delivery::Request {
-                call,
-                method,
-                deadline,
-                payload,
-            } => {
+            Delivery::Request(request) => {
                 assert_unlocked("calling a handler");
                 match &self.dispatch {
-                    Some(d) => d.request(self, call, method, deadline, payload),
-                    None => self.submit(Work::Fail {
-                        call,
+                    Some(d) => d.request(self, request),
+                    None => self.submit(Work::End {
+                        call: request.call,
                         status: Status::unimplemented("this endpoint serves no methods"),
                     }),
                 }
             }
             Delivery::Complete { cell, result } => cell.complete(result),
-            Delivery::FailMany(calls) => {
-                for (cell, status) in calls {
-                    cell.complete(Err(status));
+            Delivery::Push { stream, item } => {
+                let len = match &item {
+                    Incoming::Message(m) => Some(m.len()),
+                    _ => None,
+                };
+                if !stream.push(item) {
+                    // Nobody reads the stream any more: its window comes back at once.
+                    if let Some(len) = len {
+                        stream.consumed(self, &stream, len);
+                    }
                 }
             }
+            Delivery::HalfClosed(stream) => {
+                stream
+                    .inbox
+                    .close(Some(Incoming::End(Ok(MetadataMap::new()))));
+            }
+            Delivery::End { stream, end } => match end {
+                Ok(trailers) => stream.end(Ok(trailers)),
+                Err(status) => stream.cancel(status),
+            },
+            Delivery::Ready(stream) => {
+                if stream.send_ready.raise() {
+                    super::woke_a_thread();
+                }
+            }
+            Delivery::CancelTask(task) => task.cancel(),
             Delivery::Batch(all) => {
                 for d in all {
                     self.deliver(d);
                 }
             }
         }
+    }
+}
+
+/// A HEADERS frame (a metadata block) or a client's END (empty) of a call.
+pub(crate) fn block_frame(kind: Kind, block: Vec<u8>) -> Outgoing<SendBuf> {
+    Outgoing {
+        kind,
+        flags: 0,
+        code: 0,
+        payload: Body::Bytes(block),
+    }
+}
+
+/// Whether a method's requests arrive as a stream (the handler starts at once).
+fn receives_stream(kind: MethodKind) -> bool {
+    matches!(
+        kind,
+        MethodKind::ClientStreaming | MethodKind::BidiStreaming
+    )
+}
+
+/// What to tell whoever waits on a call that ended with `status` (lost, cancelled,
+/// refused).
+fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
+    match user {
+        CallRef::Waiter(cell) => Some(Delivery::Complete {
+            cell,
+            result: Err(status),
+        }),
+        CallRef::Stream(stream) => Some(Delivery::End {
+            stream,
+            end: Err(status),
+        }),
+        CallRef::Served(Some(task)) => Some(Delivery::CancelTask(task)),
+        CallRef::Served(None) => None,
     }
 }
 
@@ -775,10 +1306,9 @@ fn expire(owned: &mut Owned, now: Instant) -> Option<Delivery> {
         });
         owned.waiting = waiting;
         failed.extend(late.into_iter().map(|w| {
-            (
-                w.cell,
-                Status::deadline_exceeded("the deadline passed while the call waited to be sent"),
-            )
+            w.caller.fail(Status::deadline_exceeded(
+                "the deadline passed while the call waited to be sent",
+            ))
         }));
     }
     while let Some(Reverse((d, id))) = owned.deadlines.peek().copied() {
@@ -786,14 +1316,15 @@ fn expire(owned: &mut Owned, now: Instant) -> Option<Delivery> {
             break;
         }
         owned.deadlines.pop();
-        if let Some(CallRef::Waiter(cell)) = owned.core.cancel(id, Code::DeadlineExceeded) {
-            failed.push((
-                cell,
+        owned.replies.remove(&id);
+        if let Some(user) = owned.core.cancel(id, Code::DeadlineExceeded) {
+            failed.extend(call_ended(
+                user,
                 Status::deadline_exceeded("no response within the deadline"),
             ));
         }
     }
-    (!failed.is_empty()).then_some(Delivery::FailMany(failed))
+    (!failed.is_empty()).then_some(Delivery::Batch(failed))
 }
 
 /// A server call's deadline: the caller's timeout from now (the opening frame's receipt).
@@ -801,7 +1332,8 @@ fn deadline_of(timeout_us: u32) -> Option<Instant> {
     (timeout_us != 0).then(|| Instant::now() + Duration::from_micros(u64::from(timeout_us)))
 }
 
-/// The status of a server's END: its code, `grpc-message` and `grpc-status-details-bin`.
+/// The status of a server's END: its code, `grpc-message`, `grpc-status-details-bin`, and
+/// the other trailers as its metadata.
 fn status_from_trailers(code: Code, trailers: &[u8]) -> Status {
     let mut message = String::new();
     let mut details = Vec::new();
@@ -812,7 +1344,9 @@ fn status_from_trailers(code: Code, trailers: &[u8]) -> Status {
             _ => {}
         }
     }
-    Status::new(code, message).with_details(details)
+    Status::new(code, message)
+        .with_details(details)
+        .with_metadata(MetadataMap::from_block(trailers))
 }
 
 pub(crate) fn closed_status() -> Status {
@@ -833,6 +1367,14 @@ impl Span {
                 Span::InFrame(offset, b.len())
             }
             std::borrow::Cow::Owned(v) => Span::Owned(v),
+        }
+    }
+
+    /// The body as bytes of its own (the frame's slot can then be released).
+    fn into_vec(self, frame: &[u8]) -> Vec<u8> {
+        match self {
+            Span::InFrame(offset, len) => frame[offset..offset + len].to_vec(),
+            Span::Owned(v) => v,
         }
     }
 

@@ -56,6 +56,17 @@ pub(crate) struct Endpoint {
     keepalive: Option<Keepalive>,
 }
 
+/// How an endpoint's poller thread runs.
+pub(crate) struct PollerSettings {
+    /// Busy-polling after the last completion before sleeping.
+    pub(crate) idle_spin: Duration,
+    pub(crate) keepalive: Option<Keepalive>,
+    /// The thread's name suffix (`rpc-poller-NAME`).
+    pub(crate) name: &'static str,
+    /// Wraps the thread's loop (an async runtime's context).
+    pub(crate) context: Option<super::pool::ThreadContext>,
+}
+
 impl Endpoint {
     /// Creates the endpoint and starts its poller thread.
     pub(crate) fn start(
@@ -63,10 +74,14 @@ impl Endpoint {
         role: Role,
         dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
-        idle_spin: Duration,
-        keepalive: Option<Keepalive>,
-        name: &str,
+        settings: PollerSettings,
     ) -> Result<(Arc<Endpoint>, JoinHandle<()>), crate::Error> {
+        let PollerSettings {
+            idle_spin,
+            keepalive,
+            name,
+            context,
+        } = settings;
         let ep = Arc::new(Endpoint {
             cq,
             links: RwLock::new(HashMap::new()),
@@ -91,7 +106,10 @@ impl Endpoint {
         let runner = Arc::clone(&ep);
         let handle = std::thread::Builder::new()
             .name(format!("rpc-poller-{name}"))
-            .spawn(move || runner.run())?;
+            .spawn(move || match context {
+                Some(wrap) => wrap(&mut || Arc::clone(&runner).run()),
+                None => runner.run(),
+            })?;
         let _ = ep.poller_thread.set(handle.thread().clone());
         let driver: Arc<dyn Driver> = Arc::clone(&ep) as Arc<dyn Driver>;
         ep.cq.set_driver(Arc::downgrade(&driver));

@@ -7,6 +7,8 @@ pub mod conn;
 pub(crate) mod endpoint;
 pub(crate) mod pool;
 pub mod server;
+pub(crate) mod stream;
+pub mod streaming;
 pub(crate) mod transport_select;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,12 +1,15 @@
-//! The handler worker pool: slow handlers run here so they never stall the poller. Its queue
-//! is bounded: a request that finds it full is answered at once (UNAVAILABLE) instead of
-//! waiting in memory without limit.
+//! The handler worker pool: slow handlers run here so they never stall the poller, and
+//! async handlers' tasks run here when woken. New calls are admitted up to a bound: a request
+//! that finds `max_queued` calls already waiting is answered at once (UNAVAILABLE) instead of
+//! waiting in memory without limit. Woken tasks are always queued: each is queued at most
+//! once at a time (see `rpc_sync::Task`), so they are bounded by the calls in progress.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{self, Receiver, Sender, TrySendError};
-use rpc_sync::Mutex;
+use crossbeam::channel::{self, Receiver, Sender};
+use rpc_sync::{Mutex, Runnable, Schedule};
 
 use super::server::{IncomingRequest, ReplySink};
 use crate::codegen::Service;
@@ -19,62 +22,142 @@ pub(crate) struct Job {
     pub(crate) reply: ReplySink,
 }
 
+// Calls go by value, not boxed: no allocation per request (the variants' sizes differ).
+#[allow(clippy::large_enum_variant)]
+enum Work {
+    Call(Job),
+    Task(Arc<dyn Runnable>),
+    Stop,
+}
+
+/// Runs something on each of the server's threads around its loop (entering an async
+/// runtime's context, say): it must call the closure it gets.
+pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
+
+struct Queue {
+    work: Sender<Work>,
+    /// Calls queued and not picked up yet.
+    queued_calls: AtomicUsize,
+    max_queued: usize,
+}
+
+/// Where woken handler tasks go: the pool's queue.
+#[derive(Clone)]
+pub(crate) struct Spawner(Arc<Queue>);
+
+impl Schedule for Spawner {
+    fn schedule(&self, task: Arc<dyn Runnable>) {
+        // Unbounded by design, bounded in fact: see the module docs.
+        if self.0.work.send(Work::Task(task)).is_ok() {
+            super::woke_a_thread();
+        }
+    }
+
+    fn panicked(&self, panic: Box<dyn std::any::Any + Send>) {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(panic = %what, "an async handler panicked; answered INTERNAL");
+    }
+}
+
 pub(crate) struct WorkerPool {
-    /// `None` asks a worker to stop.
-    jobs: Sender<Option<Job>>,
+    queue: Arc<Queue>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl WorkerPool {
-    /// `size` workers sharing a queue of at most `max_queued` requests.
-    pub(crate) fn new(size: usize, max_queued: usize) -> Result<WorkerPool, crate::Error> {
-        let (tx, rx) = channel::bounded::<Option<Job>>(max_queued.max(1));
+    /// `size` workers sharing a queue of at most `max_queued` calls.
+    pub(crate) fn new(
+        size: usize,
+        max_queued: usize,
+        context: Option<ThreadContext>,
+    ) -> Result<WorkerPool, crate::Error> {
+        let (tx, rx) = channel::unbounded::<Work>();
+        let queue = Arc::new(Queue {
+            work: tx,
+            queued_calls: AtomicUsize::new(0),
+            max_queued: max_queued.max(1),
+        });
         let mut threads = Vec::with_capacity(size);
         for i in 0..size.max(1) {
-            let rx: Receiver<Option<Job>> = rx.clone();
+            let rx: Receiver<Work> = rx.clone();
+            let queue = Arc::clone(&queue);
+            let context = context.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
-                        while let Ok(Some(job)) = rx.recv() {
-                            super::server::run_handler(
-                                &*job.service,
-                                job.index,
-                                job.request,
-                                job.reply,
-                            );
+                        let mut run = || worker_loop(&rx, &queue);
+                        match &context {
+                            Some(wrap) => wrap(&mut run),
+                            None => run(),
                         }
                     })?,
             );
         }
         Ok(WorkerPool {
-            jobs: tx,
+            queue,
             threads: Mutex::new(threads),
         })
     }
 
-    /// Queues a job; gives it back if the queue is full (or the pool stopped).
+    /// Where woken tasks of this pool's handlers go.
+    pub(crate) fn spawner(&self) -> Spawner {
+        Spawner(Arc::clone(&self.queue))
+    }
+
+    /// Queues a call; gives it back if `max_queued` calls wait already (or the pool
+    /// stopped).
     pub(crate) fn execute(&self, job: Job) -> Option<Job> {
-        match self.jobs.try_send(Some(job)) {
+        let q = &self.queue;
+        if q.queued_calls.fetch_add(1, Ordering::AcqRel) >= q.max_queued {
+            q.queued_calls.fetch_sub(1, Ordering::AcqRel);
+            return Some(job);
+        }
+        match q.work.send(Work::Call(job)) {
             Ok(()) => {
                 // A hand-off to another thread (counted as a wake-up whether or not a worker
                 // was asleep).
                 super::woke_a_thread();
                 None
             }
-            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => job,
+            Err(e) => {
+                q.queued_calls.fetch_sub(1, Ordering::AcqRel);
+                match e.into_inner() {
+                    Work::Call(job) => Some(job),
+                    _ => unreachable!("sent a call"),
+                }
+            }
         }
     }
 
-    /// Lets queued jobs finish, then joins the workers.
+    /// Lets queued work finish, then joins the workers.
     pub(crate) fn shutdown(&self) {
         let threads = std::mem::take(&mut *self.threads.lock());
         for _ in &threads {
-            // Blocking is fine here: workers drain the queue ahead of the stop marks.
-            let _ = self.jobs.send(None);
+            let _ = self.queue.work.send(Work::Stop);
         }
         for t in threads {
             let _ = t.join();
+        }
+    }
+}
+
+fn worker_loop(rx: &Receiver<Work>, queue: &Queue) {
+    while let Ok(work) = rx.recv() {
+        match work {
+            Work::Call(job) => {
+                queue.queued_calls.fetch_sub(1, Ordering::AcqRel);
+                super::server::run_handler(&*job.service, job.index, job.request, job.reply);
+            }
+            Work::Task(task) => {
+                rpc_sync::assert_unlocked("running a handler task");
+                task.run();
+            }
+            Work::Stop => break,
         }
     }
 }

@@ -10,15 +10,17 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Dispatch, Keepalive, Payload, Work, UNARY};
-use super::endpoint::Endpoint;
-use super::pool::{Job, WorkerPool};
+use super::conn::{Conn, Dispatch, Keepalive, RequestBody, RequestDelivery, Work, UNARY};
+use super::endpoint::{Endpoint, PollerSettings};
+use super::pool::{Job, Spawner, ThreadContext, WorkerPool};
+use super::stream::{Cancel, StreamShared};
+use super::streaming::{Reader, StreamSender, Streaming};
 use super::transport_select::server_transport;
 use super::{Counters, Stats};
-use crate::codegen::{MethodDescriptor, Service};
+use crate::codegen::{MethodDescriptor, MethodKind, Service};
 use crate::protocol::v2::{Kind, Role};
 use crate::transport::{Acceptor, RingConfig};
-use crate::{Error, Request, Status, TransportKind};
+use crate::{Error, MetadataMap, Request, Response, Status, TransportKind};
 
 /// Where a method's handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +48,7 @@ pub struct ServerBuilder {
     keepalive: Option<Keepalive>,
     services: Vec<(Arc<dyn Service>, Execution)>,
     method_execution: HashMap<String, Execution>,
+    thread_context: Option<ThreadContext>,
 }
 
 impl Default for ServerBuilder {
@@ -58,6 +61,7 @@ impl Default for ServerBuilder {
             keepalive: Some(Keepalive::default()),
             services: Vec::new(),
             method_execution: HashMap::new(),
+            thread_context: None,
         }
     }
 }
@@ -93,6 +97,25 @@ impl ServerBuilder {
     /// silence, give up after 4 s more; `None` turns it off).
     pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
         self.keepalive = keepalive;
+        self
+    }
+
+    /// Wraps each of the server's threads (workers, poller): `context` gets the thread's
+    /// loop and must run it, typically inside an async runtime's context, so that handlers
+    /// can use that runtime's timers and sockets wherever they are polled. With tokio:
+    ///
+    /// ```ignore
+    /// let handle = tokio::runtime::Handle::current();
+    /// Server::builder().thread_context(move |run| {
+    ///     let _entered = handle.enter();
+    ///     run()
+    /// })
+    /// ```
+    pub fn thread_context(
+        mut self,
+        context: impl Fn(&mut dyn FnMut()) + Send + Sync + 'static,
+    ) -> Self {
+        self.thread_context = Some(Arc::new(context));
         self
     }
 
@@ -168,7 +191,7 @@ impl ServerBuilder {
         let counters = Arc::new(Counters::default());
         let shared = Arc::new(Shared {
             routes,
-            pool: WorkerPool::new(self.workers, self.max_queued)?,
+            pool: WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?,
             counters: Arc::clone(&counters),
             in_flight: Arc::new(AtomicUsize::new(0)),
         });
@@ -177,9 +200,12 @@ impl ServerBuilder {
             Role::Server,
             Some(Arc::clone(&shared) as Arc<dyn Dispatch>),
             counters,
-            self.idle_spin,
-            self.keepalive,
-            "server",
+            PollerSettings {
+                idle_spin: self.idle_spin,
+                keepalive: self.keepalive,
+                name: "server",
+                context: self.thread_context.clone(),
+            },
         )?;
         let local_addr = acceptor.local_addr();
         let stop = Arc::new(AtomicBool::new(false));
@@ -223,28 +249,33 @@ struct Shared {
 }
 
 impl Dispatch for Shared {
-    fn request(
-        self: &Shared,
-        conn: &Arc<Conn>,
-        id: u64,
-        method_id: u32,
-        deadline: Option<Instant>,
-        payload: Payload,
-    ) {
+    fn kind(&self, method: u32) -> Option<MethodKind> {
+        self.routes.get(&method).map(|r| r.method.kind)
+    }
+
+    fn request(self: &Shared, conn: &Arc<Conn>, delivery: RequestDelivery) {
         self.counters.call();
+        let RequestDelivery {
+            call,
+            method,
+            deadline,
+            metadata,
+            body,
+            stream,
+        } = delivery;
         let refuse = |status: Status| {
             self.counters.error();
-            conn.submit(Work::Fail { call: id, status });
+            conn.submit(Work::End { call, status });
         };
-        let Some(route) = self.routes.get(&method_id) else {
-            drop(payload);
+        let Some(route) = self.routes.get(&method) else {
+            drop(body);
             refuse(Status::unimplemented(format!(
-                "no service on this server has a method with id {method_id:#010x}"
+                "no service on this server has a method with id {method:#010x}"
             )));
             return;
         };
         if deadline.is_some_and(|d| d <= Instant::now()) {
-            drop(payload);
+            drop(body);
             refuse(Status::deadline_exceeded(
                 "deadline passed before the handler ran",
             ));
@@ -252,17 +283,22 @@ impl Dispatch for Shared {
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let request = IncomingRequest {
-            payload,
+            body,
+            stream: stream.clone(),
+            conn: Arc::clone(conn),
             method: route.method,
             deadline,
+            metadata,
             peer: Arc::clone(&conn.peer),
         };
         let reply = ReplySink {
             conn: Arc::clone(conn),
-            id,
+            id: call,
             method: route.method,
             counters: Arc::clone(&self.counters),
             in_flight: Arc::clone(&self.in_flight),
+            stream,
+            spawner: self.pool.spawner(),
             done: false,
         };
         match route.execution {
@@ -297,21 +333,28 @@ pub(crate) fn run_handler(
         .entered();
     assert_unlocked("calling a handler");
     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        tracing::error!(method = path, panic = %what, "handler panicked; answered INTERNAL");
+        log_panic(path, &*panic);
     }
 }
 
-/// A request as a service's `call` receives it: the undecoded message, still in its receive
-/// slot, and the call's metadata.
+fn log_panic(path: &str, panic: &(dyn std::any::Any + Send)) {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!(method = path, panic = %what, "handler panicked; answered INTERNAL");
+}
+
+/// A request as a service's `call` receives it: its message (undecoded, still in its
+/// receive slot) or its message stream, and the call's metadata.
 pub struct IncomingRequest {
-    payload: Payload,
+    body: RequestBody,
+    stream: Option<Arc<StreamShared>>,
+    conn: Arc<Conn>,
     method: &'static MethodDescriptor,
     deadline: Option<Instant>,
+    metadata: MetadataMap,
     peer: Arc<str>,
 }
 
@@ -321,36 +364,78 @@ impl IncomingRequest {
         self.method
     }
 
-    /// Decodes the message in place and releases the receive slot. An undecodable message
-    /// gives INVALID_ARGUMENT.
+    /// The request metadata.
+    pub fn metadata(&self) -> &MetadataMap {
+        &self.metadata
+    }
+
+    /// Decodes the one request message in place and releases the receive slot. An
+    /// undecodable message gives INVALID_ARGUMENT; a method whose requests are a stream
+    /// gives INTERNAL (use [`IncomingRequest::into_streaming`]).
     pub fn decode<M: prost::Message + Default>(self) -> Result<Request<M>, Status> {
-        let message = M::decode(&*self.payload).map_err(|e| {
+        let RequestBody::Message(payload) = &self.body else {
+            return Err(Status::internal(format!(
+                "{}: the requests of this method are a stream",
+                self.method.path
+            )));
+        };
+        let message = M::decode(&**payload).map_err(|e| {
             Status::invalid_argument(format!(
                 "{}: could not decode the request: {e}",
                 self.method.path
             ))
         })?;
-        drop(self.payload);
-        Ok(Request::from_incoming(message, self.deadline, self.peer))
+        drop(self.body);
+        Ok(Request::from_incoming(
+            message,
+            self.metadata,
+            self.deadline,
+            self.peer,
+        ))
+    }
+
+    /// The request stream of a client-streaming or bidirectional method (for a method with
+    /// one request, a stream of that one message).
+    pub fn into_streaming<M: prost::Message + Default>(self) -> Request<Streaming<M>> {
+        let stream = match (self.body, self.stream) {
+            (RequestBody::Stream, Some(shared)) => shared,
+            (RequestBody::Message(payload), _) => {
+                // One message, already complete: a stream of its own.
+                let shared = StreamShared::new(0, u32::MAX, false);
+                shared
+                    .inbox
+                    .push(super::stream::Incoming::Message(payload.to_vec()));
+                shared
+                    .inbox
+                    .close(Some(super::stream::Incoming::End(Ok(MetadataMap::new()))));
+                shared
+            }
+            (RequestBody::Stream, None) => unreachable!("a stream body comes with its stream"),
+        };
+        let streaming = Streaming::new(stream, self.conn, Reader::Server, self.method.path);
+        Request::from_incoming(streaming, self.metadata, self.deadline, self.peer)
     }
 }
 
-/// Sends a call's answer. Exactly one of [`ReplySink::send`] or [`ReplySink::fail`] should be
-/// called; a sink dropped without either (a handler that panicked) answers INTERNAL.
+/// Sends a call's answer: one message (or a stream of them), or a status. A sink dropped
+/// without an answer (a handler that panicked) answers INTERNAL.
 pub struct ReplySink {
     conn: Arc<Conn>,
     id: u64,
     method: &'static MethodDescriptor,
     counters: Arc<Counters>,
     in_flight: Arc<AtomicUsize>,
+    stream: Option<Arc<StreamShared>>,
+    spawner: Spawner,
     done: bool,
 }
 
 impl ReplySink {
-    /// Answers with a reply message (RESOURCE_EXHAUSTED instead if the caller would not
-    /// accept its size).
-    pub fn send<M: prost::Message>(mut self, message: &M) {
+    /// Answers a unary-response call with `response`: its headers, message and trailers
+    /// (RESOURCE_EXHAUSTED instead if the caller would not accept the message's size).
+    pub fn send<M: prost::Message>(mut self, response: Response<M>) {
         self.done = true;
+        let (headers, message, trailers) = response.into_parts();
         let limit = self.conn.peer_hello.max_message_size as usize;
         let len = message.encoded_len();
         if len > limit {
@@ -360,14 +445,20 @@ impl ReplySink {
             )));
             return;
         }
-        let frame = self.conn.encode(Kind::Message, UNARY, message);
+        let frame = self.conn.encode(Kind::Message, UNARY, &message);
         self.conn.submit(Work::Reply {
             call: self.id,
             frame,
+            headers: if headers.is_empty() {
+                Vec::new()
+            } else {
+                headers.encode()
+            },
+            trailers,
         });
     }
 
-    /// Answers with a status.
+    /// Answers with a status (its metadata as trailers).
     pub fn fail(mut self, status: Status) {
         self.done = true;
         self.fail_inner(status);
@@ -375,10 +466,80 @@ impl ReplySink {
 
     fn fail_inner(&self, status: Status) {
         self.counters.error();
-        self.conn.submit(Work::Fail {
+        self.conn.submit(Work::End {
             call: self.id,
             status,
         });
+    }
+
+    /// Whether the client cancelled the call (or its connection was lost): a handler may
+    /// stop early. Known for streaming methods and for async handlers that await.
+    pub fn is_cancelled(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.is_cancelled())
+    }
+
+    /// Streaming responses: the response headers (sent before the first message).
+    pub(crate) fn send_headers(&self, headers: &MetadataMap) {
+        self.conn.submit(Work::Headers {
+            call: self.id,
+            block: headers.encode(),
+        });
+    }
+
+    /// Streaming responses: the sender of the messages.
+    pub(crate) fn sender(&self) -> Option<StreamSender> {
+        self.stream.as_ref().map(|shared| StreamSender {
+            shared: Arc::clone(shared),
+            conn: Arc::clone(&self.conn),
+            path: self.method.path,
+        })
+    }
+
+    /// Streaming responses: ends the call with OK and `trailers`.
+    pub(crate) fn finish(mut self, trailers: MetadataMap) {
+        self.done = true;
+        self.conn.submit(Work::End {
+            call: self.id,
+            status: Status::new(crate::Code::Ok, "").with_metadata(trailers),
+        });
+    }
+
+    /// The call is over without an answer of ours (the client cancelled it).
+    pub(crate) fn abandon(mut self) {
+        self.done = true;
+    }
+
+    /// Where the call's handler task goes when woken.
+    pub(crate) fn spawner(&self) -> Spawner {
+        self.spawner.clone()
+    }
+
+    /// Cancels `task` when the call is cancelled (from now on).
+    pub(crate) fn canceller(&self) -> TaskCanceller {
+        TaskCanceller {
+            conn: Arc::clone(&self.conn),
+            id: self.id,
+            stream: self.stream.clone(),
+        }
+    }
+}
+
+/// Ties a handler's task to its call, so that cancelling the call cancels the task.
+pub(crate) struct TaskCanceller {
+    conn: Arc<Conn>,
+    id: u64,
+    stream: Option<Arc<StreamShared>>,
+}
+
+impl TaskCanceller {
+    pub(crate) fn attach(self, task: Arc<dyn Cancel>) {
+        match self.stream {
+            Some(stream) => stream.attach(task),
+            None => self.conn.submit(Work::Attach {
+                call: self.id,
+                task,
+            }),
+        }
     }
 }
 
@@ -389,6 +550,10 @@ impl Drop for ReplySink {
                 "{}: the handler panicked or returned no answer",
                 self.method.path
             )));
+        }
+        if let Some(stream) = &self.stream {
+            // The handler is done with the call: the call lets go of its task.
+            stream.detach();
         }
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }

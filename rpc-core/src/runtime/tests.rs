@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use crate::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
 };
-use crate::{Client, Code, Execution, Request, RingConfig, Server, Status, TransportKind};
+use crate::{
+    Client, Code, Execution, Request, Response, RingConfig, Server, Status, TransportKind,
+};
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Msg {
@@ -49,12 +51,17 @@ impl Service for TestService {
             0 => codegen::unary(request, reply, |r: Request<Msg>| {
                 let m = r.into_inner();
                 std::thread::sleep(Duration::from_millis(m.sleep_ms));
-                Ok(m)
+                Ok(Response::new(m))
             }),
-            1 => codegen::unary(request, reply, |_: Request<Msg>| -> Result<Msg, Status> {
-                panic!("boom")
+            1 => codegen::unary(
+                request,
+                reply,
+                |_: Request<Msg>| -> Result<Response<Msg>, Status> { panic!("boom") },
+            ),
+            _ => codegen::server_streaming(request, reply, |r: Request<Msg>| {
+                let m = r.into_inner();
+                Ok(Response::new(vec![Ok(m.clone()), Ok(m)]))
             }),
-            _ => codegen::unimplemented(request, reply),
         }
     }
 }
@@ -98,7 +105,10 @@ fn exercise(addr: &str, ring: RingConfig, spin: Duration) {
         100_000,
     ] {
         let m = msg(len, 3);
-        let r: Msg = client.unary(&METHODS[0], Request::new(m.clone())).unwrap();
+        let r: Msg = client
+            .unary(&METHODS[0], Request::new(m.clone()))
+            .unwrap()
+            .into_inner();
         assert_eq!(r, m, "echo of {len} bytes");
     }
     // Concurrency: 4 threads x 50 calls, every reply checked.
@@ -108,7 +118,10 @@ fn exercise(addr: &str, ring: RingConfig, spin: Duration) {
             s.spawn(move || {
                 for i in 0..50usize {
                     let m = msg(i * 13 % 700, t);
-                    let r: Msg = client.unary(&METHODS[0], Request::new(m.clone())).unwrap();
+                    let r: Msg = client
+                        .unary(&METHODS[0], Request::new(m.clone()))
+                        .unwrap()
+                        .into_inner();
                     assert_eq!(r, m);
                 }
             });
@@ -125,7 +138,7 @@ fn exercise(addr: &str, ring: RingConfig, spin: Duration) {
         })
         .collect();
     for (m, f) in futures {
-        assert_eq!(f.wait().unwrap(), m);
+        assert_eq!(f.wait().unwrap().into_inner(), m);
     }
     // Statuses.
     let err = client
@@ -136,10 +149,20 @@ fn exercise(addr: &str, ring: RingConfig, spin: Duration) {
         .unary::<Msg, Msg>(&UNKNOWN, Request::new(msg(1, 0)))
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    // A unary call of a server-streaming method that sends two messages fails INTERNAL;
+    // the streaming call gets both.
     let err = client
         .unary::<Msg, Msg>(&METHODS[2], Request::new(msg(1, 0)))
         .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    assert_eq!(err.code(), Code::Internal, "{err}");
+    let copies: Vec<Msg> = client
+        .server_streaming::<Msg, Msg>(&METHODS[2], Request::new(msg(700, 4)))
+        .unwrap()
+        .into_inner()
+        .into_blocking_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(copies, vec![msg(700, 4); 2]);
     // Deadline.
     let slow = Msg {
         sleep_ms: 300,
@@ -167,7 +190,8 @@ fn exercise(addr: &str, ring: RingConfig, spin: Duration) {
     assert_eq!(
         client
             .unary::<Msg, Msg>(&METHODS[0], Request::new(m.clone()))
-            .unwrap(),
+            .unwrap()
+            .into_inner(),
         m
     );
     // Server stopped: calls fail UNAVAILABLE rather than hang.
@@ -224,7 +248,8 @@ fn oversized_messages_are_refused_with_resource_exhausted() {
     assert_eq!(
         client
             .unary::<Msg, Msg>(&METHODS[0], Request::new(ok.clone()))
-            .unwrap(),
+            .unwrap()
+            .into_inner(),
         ok
     );
     let err = client

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use rpc_core::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
 };
-use rpc_core::Request;
+use rpc_core::{Request, Response};
 
 /// The echo service's message.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -40,7 +40,9 @@ impl Service for EchoService {
         &SERVICE
     }
     fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
-        codegen::unary(request, reply, |r: Request<Blob>| Ok(r.into_inner()))
+        codegen::unary(request, reply, |r: Request<Blob>| {
+            Ok(Response::new(r.into_inner()))
+        })
     }
 }
 

@@ -384,6 +384,13 @@ where
         }
     }
 
+    /// Frames of this side queued for `call` and not fully sent (0 for a call that is gone):
+    /// a stream's sender waits for 0 before it hands over its next message, which bounds
+    /// what the core queues per call to one message and its END.
+    pub fn queued(&self, call: u64) -> usize {
+        self.calls.get(&call).map_or(0, |c| c.out.len())
+    }
+
     /// The GOODBYE the peer sent, if any: the highest call id it processes.
     pub fn goodbye_received(&self) -> Option<u64> {
         self.goodbye_received
