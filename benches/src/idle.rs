@@ -97,11 +97,7 @@ pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 fn transport_arg(kind: TransportKind) -> &'static str {
-    match kind {
-        TransportKind::Auto => "auto",
-        TransportKind::Tcp => "tcp",
-        TransportKind::Verbs => "verbs",
-    }
+    kind.as_str()
 }
 
 /// Connects, retrying while the child server starts up (or until it has exited).

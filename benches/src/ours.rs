@@ -120,11 +120,7 @@ pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadRes
 }
 
 fn transport_label(kind: TransportKind) -> &'static str {
-    match kind {
-        TransportKind::Auto => "auto",
-        TransportKind::Tcp => "tcp",
-        TransportKind::Verbs => "verbs",
-    }
+    kind.as_str()
 }
 
 /// Makes calls `first..first + calls`; returns how long that took.

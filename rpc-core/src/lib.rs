@@ -47,6 +47,7 @@
 
 pub mod codegen;
 mod error;
+mod interceptor;
 mod metadata;
 pub mod protocol;
 mod request;
@@ -55,6 +56,7 @@ mod status;
 pub mod transport;
 
 pub use error::Error;
+pub use interceptor::Interceptor;
 pub use metadata::MetadataMap;
 pub use request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response};
 pub use runtime::client::{

@@ -99,6 +99,12 @@ impl<T> Request<T> {
         (rest, message.expect("just set"))
     }
 
+    /// Puts a message back into the rest of a request (the inverse of
+    /// [`Request::into_parts`]).
+    pub fn from_parts(head: Request<()>, message: T) -> Request<T> {
+        head.map(|()| message)
+    }
+
     pub(crate) fn from_incoming(
         message: T,
         metadata: MetadataMap,

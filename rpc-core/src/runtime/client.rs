@@ -15,14 +15,17 @@ use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
 use super::conn::{block_frame, Caller, Conn, Keepalive, OpenCall, Reply, Work, UNARY};
 use super::endpoint::{Endpoint, PollerSettings};
+use super::grpc::client::GrpcChannel;
+use super::port::Port;
 use super::stream::StreamShared;
 use super::streaming::{Reader, StreamSender, Streaming};
 use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
 use crate::codegen::MethodDescriptor;
+use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{Kind, Outgoing, Role};
 use crate::transport::{RingConfig, SendBuf};
-use crate::{Error, MetadataMap, Request, Response, Status, TransportKind};
+use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 
 // ----- the per-call rendezvous between whoever completes a call and its caller ------------
 
@@ -117,6 +120,7 @@ pub struct ClientBuilder {
     spin: Duration,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
+    interceptor: Option<SharedInterceptor>,
 }
 
 impl Default for ClientBuilder {
@@ -129,11 +133,19 @@ impl Default for ClientBuilder {
             spin: super::micros_from_env("RPC_SPIN_US", DEFAULT_SPIN_US),
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
+            interceptor: None,
         }
     }
 }
 
 impl ClientBuilder {
+    /// Runs `interceptor` on every call before it goes out: it may add or change metadata
+    /// or the timeout, or fail the call with a status (nothing is sent then).
+    pub fn interceptor(mut self, interceptor: impl Interceptor) -> Self {
+        self.interceptor = Some(SharedInterceptor(Arc::new(interceptor)));
+        self
+    }
+
     /// How the client detects a server that died silently (default: PING after 1 s of
     /// silence, give up after 4 s more; `None` turns it off). Calls on a dead connection fail
     /// UNAVAILABLE.
@@ -187,11 +199,27 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects to `addr` (`ip:port`, or `mem:NAME` for the in-process transport).
+    /// Connects to `addr` (`ip:port`, or `mem:NAME` for the in-process transport; with
+    /// [`TransportKind::Grpc`], `host:port` of any gRPC server).
     pub fn connect(self, addr: &str) -> Result<Client, Error> {
         self.ring.validate()?;
-        let (cq, connector) = client_transport(addr, self.transport)?;
         let counters = Arc::new(Counters::default());
+        if self.transport == TransportKind::Grpc {
+            let channel = GrpcChannel::connect(
+                addr,
+                self.connect_timeout,
+                self.ring.max_message_size as usize,
+            )?;
+            tracing::debug!(%addr, transport = "grpc", "connected");
+            return Ok(Client {
+                inner: Arc::new(ClientInner {
+                    wire: Wire::Grpc(channel),
+                    config: self,
+                    counters,
+                }),
+            });
+        }
+        let (cq, connector) = client_transport(addr, self.transport)?;
         let (endpoint, poller) = Endpoint::start(
             cq,
             Role::Client,
@@ -204,21 +232,25 @@ impl ClientBuilder {
                 context: None,
             },
         )?;
-        let inner = ClientInner {
+        let native = Native {
             endpoint,
             cells: Arc::new(CellPool::new(CELL_POOL)),
             poller: Mutex::new(Some(poller)),
             connector,
             conn: RwLock::new(None),
             next_link: AtomicU64::new(1),
-            config: self,
-            counters,
+            ring: self.ring,
+            connect_timeout: self.connect_timeout,
         };
-        let conn = inner.connect_link().inspect_err(|_| inner.stop())?;
-        *inner.conn.write() = Some(conn);
-        tracing::debug!(%addr, transport = inner.connector.name(), "connected");
+        let conn = native.connect_link().inspect_err(|_| native.stop())?;
+        *native.conn.write() = Some(conn);
+        tracing::debug!(%addr, transport = native.connector.name(), "connected");
         Ok(Client {
-            inner: Arc::new(inner),
+            inner: Arc::new(ClientInner {
+                wire: Wire::Native(native),
+                config: self,
+                counters,
+            }),
         })
     }
 }
@@ -230,22 +262,37 @@ type CellPool = crossbeam::queue::ArrayQueue<Arc<CallCell>>;
 const CELL_POOL: usize = 256;
 
 struct ClientInner {
+    wire: Wire,
+    config: ClientBuilder,
+    counters: Arc<Counters>,
+}
+
+/// What a client's calls travel on.
+enum Wire {
+    /// This framework's protocol over verbs, TCP or memory.
+    Native(Native),
+    /// Standard gRPC over HTTP/2.
+    Grpc(Arc<GrpcChannel>),
+}
+
+/// A client of this framework's protocol: its endpoint (poller) and connection.
+struct Native {
     endpoint: Arc<Endpoint>,
     cells: Arc<CellPool>,
     poller: Mutex<Option<JoinHandle<()>>>,
     connector: Connector,
     conn: RwLock<Option<Arc<Conn>>>,
     next_link: AtomicU64,
-    config: ClientBuilder,
-    counters: Arc<Counters>,
+    ring: RingConfig,
+    connect_timeout: Duration,
 }
 
-impl ClientInner {
+impl Native {
     fn connect_link(&self) -> Result<Arc<Conn>, Error> {
         let id = self.next_link.fetch_add(1, Ordering::Relaxed);
         let link = self
             .connector
-            .connect(self.config.ring, id, self.config.connect_timeout)?;
+            .connect(self.ring, id, self.connect_timeout)?;
         Ok(self.endpoint.add_link(link))
     }
 
@@ -289,7 +336,7 @@ impl ClientInner {
     }
 }
 
-impl Drop for ClientInner {
+impl Drop for Native {
     fn drop(&mut self) {
         self.stop();
     }
@@ -321,16 +368,30 @@ impl Client {
         ClientBuilder::default().connect(addr)
     }
 
-    /// The transport in use (`tcp`, `verbs`, `memory`).
+    /// The transport in use (`tcp`, `verbs`, `memory`, `grpc`).
     pub fn transport_name(&self) -> &'static str {
-        self.inner.connector.name()
+        match &self.inner.wire {
+            Wire::Native(native) => native.connector.name(),
+            Wire::Grpc(_) => "grpc",
+        }
     }
 
     /// The client's counters.
     pub fn stats(&self) -> Stats {
-        Stats {
-            connect_retries: self.inner.connector.connect_retries(),
-            ..self.inner.counters.snapshot()
+        match &self.inner.wire {
+            Wire::Native(native) => Stats {
+                connect_retries: native.connector.connect_retries(),
+                ..self.inner.counters.snapshot()
+            },
+            Wire::Grpc(_) => self.inner.counters.snapshot(),
+        }
+    }
+
+    /// The request as the interceptor (if any) leaves it.
+    fn intercept<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
+        match &self.inner.config.interceptor {
+            None => Ok(request),
+            Some(interceptor) => interceptor.apply(request),
         }
     }
 
@@ -345,20 +406,21 @@ impl Client {
     /// Starts a unary call; returns the call's cell and id, or the status it failed with.
     fn start<Req: prost::Message>(
         &self,
+        native: &Native,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
         blocking: bool,
     ) -> Result<Started, Status> {
         let _span = tracing::trace_span!("call", method = method.path).entered();
         self.inner.counters.call();
-        let conn = self.inner.conn()?;
+        let conn = native.conn()?;
         let (timeout_us, deadline) = self.timing(request);
-        let cell = take_cell(&self.inner.cells);
+        let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.store(blocking, Ordering::Release);
         let headers = headers_frame(request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
-        self.inner.endpoint.call_started();
+        native.endpoint.call_started();
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Unary(Arc::clone(&cell)),
             method: method.id,
@@ -368,10 +430,10 @@ impl Client {
             message: Some(frame),
         }));
         Ok(Started {
-            endpoint: Arc::clone(&self.inner.endpoint),
+            endpoint: Arc::clone(&native.endpoint),
             conn,
             cell,
-            cells: Arc::clone(&self.inner.cells),
+            cells: Arc::clone(&native.cells),
             deadline,
         })
     }
@@ -399,7 +461,20 @@ impl Client {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        match self.start(method, &request, true) {
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => return self.counted(Err(status)),
+        };
+        let native = match &self.inner.wire {
+            Wire::Native(native) => native,
+            Wire::Grpc(_) => {
+                let result = self
+                    .open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref()))
+                    .and_then(|(_, mut responses)| responses.wait_unary());
+                return self.counted(result);
+            }
+        };
+        match self.start(native, method, &request, true) {
             Ok(started) => {
                 let result = started.wait(self.inner.config.spin, method);
                 self.finish(result)
@@ -419,9 +494,32 @@ impl Client {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
-        let state = match self.start(method, &request, false) {
-            Ok(started) => FutureState::Pending(started),
-            Err(status) => FutureState::Failed(Some(status)),
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => {
+                return ResponseFuture {
+                    client: self.clone(),
+                    method,
+                    state: FutureState::Failed(Some(status)),
+                    _response: PhantomData,
+                };
+            }
+        };
+        let state = match &self.inner.wire {
+            Wire::Native(native) => match self.start(native, method, &request, false) {
+                Ok(started) => FutureState::Pending(started),
+                Err(status) => FutureState::Failed(Some(status)),
+            },
+            Wire::Grpc(_) => {
+                match self.open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref())) {
+                    Ok((_, responses)) => FutureState::Stream {
+                        responses,
+                        headers: None,
+                        message: None,
+                    },
+                    Err(status) => FutureState::Failed(Some(status)),
+                }
+            }
         };
         ResponseFuture {
             client: self.clone(),
@@ -522,8 +620,14 @@ impl Started {
     }
 }
 
-enum FutureState {
+enum FutureState<Resp> {
     Pending(Started),
+    /// A call over gRPC: its response stream, and what of the response came.
+    Stream {
+        responses: Streaming<Resp>,
+        headers: Option<MetadataMap>,
+        message: Option<Resp>,
+    },
     Failed(Option<Status>),
     Done,
 }
@@ -534,7 +638,7 @@ enum FutureState {
 pub struct ResponseFuture<Resp> {
     client: Client,
     method: &'static MethodDescriptor,
-    state: FutureState,
+    state: FutureState<Resp>,
     _response: PhantomData<fn() -> Resp>,
 }
 
@@ -546,11 +650,18 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
                 let result = started.wait(self.client.inner.config.spin, self.method);
                 self.client.finish(result)
             }
+            FutureState::Stream { mut responses, .. } => {
+                let result = responses.wait_unary();
+                self.client.counted(result)
+            }
             FutureState::Failed(status) => self.client.finish(Err(status.expect("polled once"))),
             FutureState::Done => Err(Status::failed_precondition("response already taken")),
         }
     }
 }
+
+// The future never relies on its fields staying in place (nothing is pin-projected).
+impl<Resp> Unpin for ResponseFuture<Resp> {}
 
 impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
     type Output = Result<Response<Resp>, Status>;
@@ -562,6 +673,18 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
                 Poll::Ready(r) => r,
                 Poll::Pending => return Poll::Pending,
             },
+            FutureState::Stream {
+                responses,
+                headers,
+                message,
+            } => {
+                let result = match responses.poll_unary(headers, message, cx) {
+                    Poll::Ready(result) => result,
+                    Poll::Pending => return Poll::Pending,
+                };
+                this.state = FutureState::Done;
+                return Poll::Ready(this.client.counted(result));
+            }
             FutureState::Failed(status) => Err(status.take().expect("polled after completion")),
             FutureState::Done => panic!("ResponseFuture polled after completion"),
         };
@@ -600,14 +723,39 @@ impl Client {
         request: &Request<T>,
         message: Option<&dyn super::conn::Encode>,
     ) -> Result<(StreamSender, Streaming<Resp>), Status> {
+        match &self.inner.config.interceptor {
+            None => self.open_stream_as(method, request, message),
+            Some(interceptor) => {
+                let mut head = Request::new(());
+                *head.metadata_mut() = request.metadata().clone();
+                if let Some(timeout) = request.timeout() {
+                    head.set_timeout(timeout);
+                }
+                let head = interceptor.0.intercept(head)?;
+                self.open_stream_as(method, &head, message)
+            }
+        }
+    }
+
+    /// [`Client::open_stream`] with `request`'s metadata and timeout as they are.
+    fn open_stream_as<T, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: &Request<T>,
+        message: Option<&dyn super::conn::Encode>,
+    ) -> Result<(StreamSender, Streaming<Resp>), Status> {
         let _span = tracing::trace_span!("stream", method = method.path).entered();
         self.inner.counters.call();
-        let conn = self.inner.conn()?;
+        let native = match &self.inner.wire {
+            Wire::Native(native) => native,
+            Wire::Grpc(channel) => return Ok(self.open_grpc(channel, method, request, message)),
+        };
+        let conn = native.conn()?;
         let (timeout_us, deadline) = self.timing(request);
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
         let headers = headers_frame(request.metadata(), message.is_none());
-        self.inner.endpoint.call_started();
+        native.endpoint.call_started();
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),
             method: method.id,
@@ -616,14 +764,46 @@ impl Client {
             headers,
             message,
         }));
+        let port = Port::Conn(conn);
         let sender = StreamSender {
             shared: Arc::clone(&shared),
-            conn: Arc::clone(&conn),
+            port: port.clone(),
             path: method.path,
         };
-        let mut responses = Streaming::new(shared, conn, Reader::Client, method.path);
-        responses.set_endpoint(Arc::clone(&self.inner.endpoint));
+        let mut responses = Streaming::new(shared, port, Reader::Client, method.path);
+        responses.set_endpoint(Arc::clone(&native.endpoint));
         Ok((sender, responses))
+    }
+
+    /// [`Client::open_stream`] over gRPC.
+    fn open_grpc<T, Resp>(
+        &self,
+        channel: &Arc<GrpcChannel>,
+        method: &'static MethodDescriptor,
+        request: &Request<T>,
+        message: Option<&dyn super::conn::Encode>,
+    ) -> (StreamSender, Streaming<Resp>) {
+        let timeout = request.timeout().or(self.inner.config.timeout);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let message = message.map(|m| {
+            let len = m.encoded_len();
+            let mut framed = vec![0u8; 5 + len];
+            framed[1..5].copy_from_slice(&(len as u32).to_be_bytes());
+            m.encode_into(&mut framed[5..]);
+            bytes::Bytes::from(framed)
+        });
+        let call = channel.open(method.path, request.metadata(), timeout, deadline, message);
+        let shared = Arc::clone(call.shared());
+        let port = Port::Grpc(call);
+        let sender = StreamSender {
+            shared: Arc::clone(&shared),
+            port: port.clone(),
+            path: method.path,
+        };
+        (
+            sender,
+            Streaming::new(shared, port, Reader::Client, method.path),
+        )
     }
 
     /// Opens a call whose requests are the stream `requests` (its metadata in the request).
@@ -899,24 +1079,7 @@ impl<Req: prost::Message, Resp: prost::Message + Default> StreamingCall<Req, Res
     /// Client-streaming: closes the requests and blocks for the one response.
     pub fn finish(mut self) -> Result<Response<Resp>, Status> {
         self.close_send();
-        let headers = self.responses.wait_headers()?;
-        let mut message = None;
-        while let Some(m) = self.responses.blocking_message()? {
-            if message.replace(m).is_some() {
-                return Err(Status::internal(format!(
-                    "{}: more than one response to a client-streaming call",
-                    self.sender.path
-                )));
-            }
-        }
-        let trailers = self.responses.trailers().cloned().unwrap_or_default();
-        match message {
-            Some(m) => Ok(Response::from_parts(headers, m, trailers)),
-            None => Err(Status::internal(format!(
-                "{}: the server ended the call without a response",
-                self.sender.path
-            ))),
-        }
+        self.responses.wait_unary()
     }
 
     /// Client-streaming: [`StreamingCall::finish`] without blocking.

@@ -1232,7 +1232,7 @@ impl Conn {
                 if !stream.push(item) {
                     // Nobody reads the stream any more: its window comes back at once.
                     if let Some(len) = len {
-                        stream.consumed(self, &stream, len);
+                        stream.consumed(&super::port::Port::Conn(Arc::clone(self)), &stream, len);
                     }
                 }
             }
@@ -1420,6 +1420,14 @@ enum PayloadData {
 }
 
 impl Payload {
+    /// A body that was never in a receive slot (a message of the gRPC face).
+    pub(crate) fn owned(bytes: Vec<u8>) -> Payload {
+        Payload {
+            data: PayloadData::Owned(bytes),
+            conn: None,
+        }
+    }
+
     /// Copies a body out of its receive slot and releases the slot (and its credit): for a
     /// reply nobody is decoding yet, which must not hold the receive ring.
     pub(crate) fn detach(mut self) -> Payload {

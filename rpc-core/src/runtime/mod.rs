@@ -5,7 +5,9 @@
 pub mod client;
 pub mod conn;
 pub(crate) mod endpoint;
+pub(crate) mod grpc;
 pub(crate) mod pool;
+pub(crate) mod port;
 pub mod server;
 pub(crate) mod stream;
 pub mod streaming;

@@ -10,17 +10,20 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Dispatch, Keepalive, RequestBody, RequestDelivery, Work, UNARY};
+use super::conn::{Conn, Dispatch, Keepalive, RequestBody, RequestDelivery, Work};
 use super::endpoint::{Endpoint, PollerSettings};
+use super::grpc::server::{FaceSettings, GrpcFace};
 use super::pool::{Job, Spawner, ThreadContext, WorkerPool};
+use super::port::Port;
 use super::stream::{Cancel, StreamShared};
 use super::streaming::{Reader, StreamSender, Streaming};
 use super::transport_select::server_transport;
 use super::{Counters, Stats};
 use crate::codegen::{MethodDescriptor, MethodKind, Service};
-use crate::protocol::v2::{Kind, Role};
+use crate::interceptor::SharedInterceptor;
+use crate::protocol::v2::Role;
 use crate::transport::{Acceptor, RingConfig};
-use crate::{Error, MetadataMap, Request, Response, Status, TransportKind};
+use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 
 /// Where a method's handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +52,9 @@ pub struct ServerBuilder {
     services: Vec<(Arc<dyn Service>, Execution)>,
     method_execution: HashMap<String, Execution>,
     thread_context: Option<ThreadContext>,
+    grpc_listen: Option<String>,
+    grpc_runtime: Option<tokio::runtime::Handle>,
+    interceptor: Option<SharedInterceptor>,
 }
 
 impl Default for ServerBuilder {
@@ -62,6 +68,9 @@ impl Default for ServerBuilder {
             services: Vec::new(),
             method_execution: HashMap::new(),
             thread_context: None,
+            grpc_listen: None,
+            grpc_runtime: None,
+            interceptor: None,
         }
     }
 }
@@ -116,6 +125,31 @@ impl ServerBuilder {
         context: impl Fn(&mut dyn FnMut()) + Send + Sync + 'static,
     ) -> Self {
         self.thread_context = Some(Arc::new(context));
+        self
+    }
+
+    /// Also serves the services as standard gRPC (HTTP/2, plaintext) on `addr`, for stock
+    /// gRPC clients and tools: the same handlers, metadata, statuses, deadlines
+    /// (`grpc-timeout`) and cancellation. [`Server::grpc_local_addr`] gives the bound
+    /// address.
+    pub fn grpc_listen(mut self, addr: &str) -> Self {
+        self.grpc_listen = Some(addr.to_string());
+        self
+    }
+
+    /// The tokio runtime the gRPC face runs its HTTP/2 connections on (default: a runtime
+    /// of its own, two threads named `rpc-grpc`). Handlers still run where
+    /// [`Execution`] says.
+    pub fn grpc_runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.grpc_runtime = Some(handle);
+        self
+    }
+
+    /// Runs `interceptor` on every request (over every transport, the gRPC face's too)
+    /// before its handler: it may check or change the metadata the handler sees, or refuse
+    /// the call with a status (the handler then never runs).
+    pub fn interceptor(mut self, interceptor: impl Interceptor) -> Self {
+        self.interceptor = Some(SharedInterceptor(Arc::new(interceptor)));
         self
     }
 
@@ -189,12 +223,29 @@ impl ServerBuilder {
             name: transport_name,
         } = server_transport(addr, transport, self.ring)?;
         let counters = Arc::new(Counters::default());
+        let paths = routes
+            .values()
+            .map(|r| (r.method.path, (r.method.id, r.method.kind)))
+            .collect();
         let shared = Arc::new(Shared {
+            paths,
             routes,
             pool: WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?,
+            interceptor: self.interceptor.clone(),
             counters: Arc::clone(&counters),
             in_flight: Arc::new(AtomicUsize::new(0)),
         });
+        let grpc = match &self.grpc_listen {
+            Some(addr) => Some(GrpcFace::start(
+                Arc::clone(&shared),
+                addr,
+                FaceSettings {
+                    runtime: self.grpc_runtime.clone(),
+                    max_message_size: self.ring.max_message_size as usize,
+                },
+            )?),
+            None => None,
+        };
         let (endpoint, poller) = Endpoint::start(
             cq,
             Role::Server,
@@ -223,6 +274,7 @@ impl ServerBuilder {
             threads: Some((acceptor_thread, poller)),
             local_addr,
             transport_name,
+            grpc,
         })
     }
 }
@@ -240,9 +292,12 @@ fn accept_loop(mut acceptor: Box<dyn Acceptor>, endpoint: Arc<Endpoint>, stop: A
     }
 }
 
-/// What the poller and the handlers share.
-struct Shared {
+/// What the poller, the gRPC face and the handlers share.
+pub(crate) struct Shared {
     routes: HashMap<u32, Route>,
+    /// Method ids and kinds by path, for the gRPC face.
+    paths: HashMap<&'static str, (u32, MethodKind)>,
+    interceptor: Option<SharedInterceptor>,
     pool: WorkerPool,
     counters: Arc<Counters>,
     in_flight: Arc<AtomicUsize>,
@@ -253,7 +308,23 @@ impl Dispatch for Shared {
         self.routes.get(&method).map(|r| r.method.kind)
     }
 
-    fn request(self: &Shared, conn: &Arc<Conn>, delivery: RequestDelivery) {
+    fn request(&self, conn: &Arc<Conn>, delivery: RequestDelivery) {
+        self.serve(
+            Port::Conn(Arc::clone(conn)),
+            Arc::clone(&conn.peer),
+            delivery,
+        );
+    }
+}
+
+impl Shared {
+    /// The id and kind of the method at `path` (`/package.Service/Method`).
+    pub(crate) fn lookup(&self, path: &str) -> Option<(u32, MethodKind)> {
+        self.paths.get(path).copied()
+    }
+
+    /// Runs (or queues) the handler of a request that arrived on `port` from `peer`.
+    pub(crate) fn serve(&self, port: Port, peer: Arc<str>, delivery: RequestDelivery) {
         self.counters.call();
         let RequestDelivery {
             call,
@@ -265,7 +336,7 @@ impl Dispatch for Shared {
         } = delivery;
         let refuse = |status: Status| {
             self.counters.error();
-            conn.submit(Work::End { call, status });
+            port.end(call, status);
         };
         let Some(route) = self.routes.get(&method) else {
             drop(body);
@@ -281,18 +352,32 @@ impl Dispatch for Shared {
             ));
             return;
         }
+        let metadata = match &self.interceptor {
+            None => metadata,
+            Some(interceptor) => {
+                let head = Request::from_incoming((), metadata, deadline, Arc::clone(&peer));
+                match interceptor.apply(head) {
+                    Ok(mut head) => std::mem::take(head.metadata_mut()),
+                    Err(status) => {
+                        drop(body);
+                        refuse(status);
+                        return;
+                    }
+                }
+            }
+        };
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let request = IncomingRequest {
             body,
             stream: stream.clone(),
-            conn: Arc::clone(conn),
+            port: port.clone(),
             method: route.method,
             deadline,
             metadata,
-            peer: Arc::clone(&conn.peer),
+            peer,
         };
         let reply = ReplySink {
-            conn: Arc::clone(conn),
+            port,
             id: call,
             method: route.method,
             counters: Arc::clone(&self.counters),
@@ -351,7 +436,7 @@ fn log_panic(path: &str, panic: &(dyn std::any::Any + Send)) {
 pub struct IncomingRequest {
     body: RequestBody,
     stream: Option<Arc<StreamShared>>,
-    conn: Arc<Conn>,
+    port: Port,
     method: &'static MethodDescriptor,
     deadline: Option<Instant>,
     metadata: MetadataMap,
@@ -412,7 +497,7 @@ impl IncomingRequest {
             }
             (RequestBody::Stream, None) => unreachable!("a stream body comes with its stream"),
         };
-        let streaming = Streaming::new(stream, self.conn, Reader::Server, self.method.path);
+        let streaming = Streaming::new(stream, self.port, Reader::Server, self.method.path);
         Request::from_incoming(streaming, self.metadata, self.deadline, self.peer)
     }
 }
@@ -420,7 +505,7 @@ impl IncomingRequest {
 /// Sends a call's answer: one message (or a stream of them), or a status. A sink dropped
 /// without an answer (a handler that panicked) answers INTERNAL.
 pub struct ReplySink {
-    conn: Arc<Conn>,
+    port: Port,
     id: u64,
     method: &'static MethodDescriptor,
     counters: Arc<Counters>,
@@ -435,9 +520,8 @@ impl ReplySink {
     /// (RESOURCE_EXHAUSTED instead if the caller would not accept the message's size).
     pub fn send<M: prost::Message>(mut self, response: Response<M>) {
         self.done = true;
-        let (headers, message, trailers) = response.into_parts();
-        let limit = self.conn.peer_hello.max_message_size as usize;
-        let len = message.encoded_len();
+        let limit = self.port.max_message_size();
+        let len = response.get_ref().encoded_len();
         if len > limit {
             self.fail_inner(Status::resource_exhausted(format!(
                 "{}: response of {len} bytes exceeds the client's limit of {limit} bytes",
@@ -445,17 +529,7 @@ impl ReplySink {
             )));
             return;
         }
-        let frame = self.conn.encode(Kind::Message, UNARY, &message);
-        self.conn.submit(Work::Reply {
-            call: self.id,
-            frame,
-            headers: if headers.is_empty() {
-                Vec::new()
-            } else {
-                headers.encode()
-            },
-            trailers,
-        });
+        self.port.reply(self.id, response);
     }
 
     /// Answers with a status (its metadata as trailers).
@@ -466,10 +540,7 @@ impl ReplySink {
 
     fn fail_inner(&self, status: Status) {
         self.counters.error();
-        self.conn.submit(Work::End {
-            call: self.id,
-            status,
-        });
+        self.port.end(self.id, status);
     }
 
     /// Whether the client cancelled the call (or its connection was lost): a handler may
@@ -480,17 +551,14 @@ impl ReplySink {
 
     /// Streaming responses: the response headers (sent before the first message).
     pub(crate) fn send_headers(&self, headers: &MetadataMap) {
-        self.conn.submit(Work::Headers {
-            call: self.id,
-            block: headers.encode(),
-        });
+        self.port.headers(self.id, headers);
     }
 
     /// Streaming responses: the sender of the messages.
     pub(crate) fn sender(&self) -> Option<StreamSender> {
         self.stream.as_ref().map(|shared| StreamSender {
             shared: Arc::clone(shared),
-            conn: Arc::clone(&self.conn),
+            port: self.port.clone(),
             path: self.method.path,
         })
     }
@@ -498,10 +566,10 @@ impl ReplySink {
     /// Streaming responses: ends the call with OK and `trailers`.
     pub(crate) fn finish(mut self, trailers: MetadataMap) {
         self.done = true;
-        self.conn.submit(Work::End {
-            call: self.id,
-            status: Status::new(crate::Code::Ok, "").with_metadata(trailers),
-        });
+        self.port.end(
+            self.id,
+            Status::new(crate::Code::Ok, "").with_metadata(trailers),
+        );
     }
 
     /// The call is over without an answer of ours (the client cancelled it).
@@ -517,7 +585,7 @@ impl ReplySink {
     /// Cancels `task` when the call is cancelled (from now on).
     pub(crate) fn canceller(&self) -> TaskCanceller {
         TaskCanceller {
-            conn: Arc::clone(&self.conn),
+            port: self.port.clone(),
             id: self.id,
             stream: self.stream.clone(),
         }
@@ -526,7 +594,7 @@ impl ReplySink {
 
 /// Ties a handler's task to its call, so that cancelling the call cancels the task.
 pub(crate) struct TaskCanceller {
-    conn: Arc<Conn>,
+    port: Port,
     id: u64,
     stream: Option<Arc<StreamShared>>,
 }
@@ -535,10 +603,7 @@ impl TaskCanceller {
     pub(crate) fn attach(self, task: Arc<dyn Cancel>) {
         match self.stream {
             Some(stream) => stream.attach(task),
-            None => self.conn.submit(Work::Attach {
-                call: self.id,
-                task,
-            }),
+            None => self.port.attach(self.id, task),
         }
     }
 }
@@ -567,6 +632,7 @@ pub struct Server {
     threads: Option<(JoinHandle<()>, JoinHandle<()>)>,
     local_addr: String,
     transport_name: &'static str,
+    grpc: Option<GrpcFace>,
 }
 
 impl Server {
@@ -583,6 +649,11 @@ impl Server {
     /// The transport in use (`tcp`, `verbs`, `memory`).
     pub fn transport_name(&self) -> &'static str {
         self.transport_name
+    }
+
+    /// The address of the gRPC face ([`ServerBuilder::grpc_listen`]), if it has one.
+    pub fn grpc_local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.grpc.as_ref().map(GrpcFace::local_addr)
     }
 
     /// The server's counters.
@@ -613,13 +684,16 @@ impl Server {
             return;
         };
         self.stop.store(true, Ordering::Release);
+        let give_up = Instant::now() + grace;
+        if let Some(grpc) = self.grpc.as_mut() {
+            grpc.shutdown(grace);
+        }
         let _ = acceptor.join();
         if !grace.is_zero() {
             for conn in self.endpoint.conns().iter() {
                 conn.submit(Work::Goodbye);
             }
         }
-        let give_up = Instant::now() + grace;
         while self.shared.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use rpc_sync::{Inbox, Mutex, Pushed, Signal};
 
-use super::conn::{Conn, Work};
+use super::port::Port;
 use crate::protocol::v2::Connection;
 use crate::{MetadataMap, Status};
 
@@ -111,16 +111,13 @@ impl StreamShared {
 
     /// The reader took a message of `len` bytes: once half a window was consumed, the owner
     /// returns it to the peer.
-    pub(crate) fn consumed(&self, conn: &Arc<Conn>, shared: &Arc<StreamShared>, len: usize) {
+    pub(crate) fn consumed(&self, port: &Port, shared: &Arc<StreamShared>, len: usize) {
         let cost = Connection::<(), Vec<u8>>::message_cost(len);
         let total = self.consumed.fetch_add(cost, Ordering::AcqRel) + cost;
         if total >= self.report_at {
             let bytes = self.consumed.swap(0, Ordering::AcqRel);
             if bytes > 0 {
-                conn.submit(Work::Consumed {
-                    stream: Arc::clone(shared),
-                    bytes,
-                });
+                port.consumed(shared, bytes);
             }
         }
     }

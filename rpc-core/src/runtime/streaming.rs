@@ -10,10 +10,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::conn::{Caller, Conn, Work};
 use super::endpoint::Endpoint;
+use super::port::Port;
 use super::stream::{Incoming, StreamShared};
-use crate::protocol::v2::Kind;
 use crate::{MetadataMap, Status};
 
 /// Which side reads a [`Streaming`]: decides the status of an undecodable message and what
@@ -38,7 +37,7 @@ pub(crate) type Pump = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// the rest of the requests.
 pub struct Streaming<T> {
     shared: Arc<StreamShared>,
-    conn: Arc<Conn>,
+    port: Port,
     reader: Reader,
     /// The method, for error messages.
     path: &'static str,
@@ -65,13 +64,13 @@ impl<T> std::fmt::Debug for Streaming<T> {
 impl<T> Streaming<T> {
     pub(crate) fn new(
         shared: Arc<StreamShared>,
-        conn: Arc<Conn>,
+        port: Port,
         reader: Reader,
         path: &'static str,
     ) -> Self {
         Streaming {
             shared,
-            conn,
+            port,
             reader,
             path,
             peeked: None,
@@ -205,7 +204,7 @@ impl<T: prost::Message + Default> Streaming<T> {
             }
             Some(Incoming::Headers(_)) => None,
             Some(Incoming::Message(bytes)) => {
-                self.shared.consumed(&self.conn, &self.shared, bytes.len());
+                self.shared.consumed(&self.port, &self.shared, bytes.len());
                 Some(T::decode(bytes.as_slice()).map(Some).map_err(|e| {
                     let what = format!("{}: could not decode a message: {e}", self.path);
                     match self.reader {
@@ -271,6 +270,31 @@ impl<T: prost::Message + Default> Streaming<T> {
     }
 }
 
+impl<T: prost::Message + Default> Streaming<T> {
+    /// Client: blocks for the one response of a call whose responses are one message (its
+    /// headers, the message, its trailers).
+    pub(crate) fn wait_unary(&mut self) -> Result<crate::Response<T>, Status> {
+        let headers = self.wait_headers()?;
+        let mut message = None;
+        while let Some(m) = self.blocking_message()? {
+            if message.replace(m).is_some() {
+                return Err(Status::internal(format!(
+                    "{}: more than one response to a call that has one",
+                    self.path
+                )));
+            }
+        }
+        let trailers = self.trailers.take().unwrap_or_default();
+        match message {
+            Some(m) => Ok(crate::Response::from_parts(headers, m, trailers)),
+            None => Err(Status::internal(format!(
+                "{}: the server ended the call without a response",
+                self.path
+            ))),
+        }
+    }
+}
+
 impl<T: prost::Message + Default> futures_core::Stream for Streaming<T> {
     type Item = Result<T, Status>;
 
@@ -310,16 +334,16 @@ impl<T> Drop for Streaming<T> {
             return;
         }
         match self.reader {
-            Reader::Client => self.conn.submit(Work::Cancel {
-                caller: Caller::Stream(Arc::clone(&self.shared)),
-                status: Status::cancelled("the response stream was dropped"),
-            }),
+            Reader::Client => self.port.cancel(
+                &self.shared,
+                Status::cancelled("the response stream was dropped"),
+            ),
             Reader::Server => {
                 // The rest of the requests are dropped as they come; give back the window
                 // of those already here.
                 while let Ok(Some(item)) = self.shared.inbox.try_recv() {
                     if let Incoming::Message(m) = item {
-                        self.shared.consumed(&self.conn, &self.shared, m.len());
+                        self.shared.consumed(&self.port, &self.shared, m.len());
                     }
                 }
                 self.shared.inbox.abandon();
@@ -331,7 +355,7 @@ impl<T> Drop for Streaming<T> {
 /// The sending half of a stream (a server's responses, a client's requests).
 pub(crate) struct StreamSender {
     pub(crate) shared: Arc<StreamShared>,
-    pub(crate) conn: Arc<Conn>,
+    pub(crate) port: Port,
     pub(crate) path: &'static str,
 }
 
@@ -370,7 +394,7 @@ impl StreamSender {
 
     /// Hands `message` over (after a ready); an error if the peer would refuse its size.
     pub(crate) fn send<M: prost::Message>(&self, message: &M) -> Result<(), Status> {
-        let limit = self.conn.peer_hello.max_message_size as usize;
+        let limit = self.port.max_message_size();
         let len = message.encoded_len();
         if len > limit {
             // The sender may go on (nothing was handed over).
@@ -380,25 +404,18 @@ impl StreamSender {
                 self.path
             )));
         }
-        let frame = self.conn.encode(Kind::Message, 0, message);
-        self.conn.submit(Work::Send {
-            stream: Arc::clone(&self.shared),
-            frame,
-        });
+        self.port.send(&self.shared, message);
         Ok(())
     }
 
     /// Client: gives the call up with `status` (its response stream ends with it).
     pub(crate) fn cancel(&self, status: Status) {
-        self.conn.submit(Work::Cancel {
-            caller: Caller::Stream(Arc::clone(&self.shared)),
-            status,
-        });
+        self.port.cancel(&self.shared, status);
     }
 
     /// Client: ends the requests (after a ready).
     pub(crate) fn half_close(&self) {
-        self.conn.submit(Work::HalfClose(Arc::clone(&self.shared)));
+        self.port.half_close(&self.shared);
     }
 
     /// Waits for ready, then sends (async).

@@ -20,6 +20,22 @@ pub enum TransportKind {
     Tcp,
     /// RDMA verbs (RC queue pairs through rdma_cm); fails if no RDMA device serves the address.
     Verbs,
+    /// Standard gRPC over HTTP/2 (clients only): calls any gRPC server, this framework's
+    /// gRPC face ([`ServerBuilder::grpc_listen`](crate::ServerBuilder::grpc_listen)) or a
+    /// stock one. A server serves gRPC with `grpc_listen` beside its own transport.
+    Grpc,
+}
+
+impl TransportKind {
+    /// The name [`FromStr`] parses: `auto`, `tcp`, `verbs`, `grpc`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Tcp => "tcp",
+            TransportKind::Verbs => "verbs",
+            TransportKind::Grpc => "grpc",
+        }
+    }
 }
 
 impl FromStr for TransportKind {
@@ -29,8 +45,9 @@ impl FromStr for TransportKind {
             "auto" => Ok(TransportKind::Auto),
             "tcp" => Ok(TransportKind::Tcp),
             "verbs" | "rdma" => Ok(TransportKind::Verbs),
+            "grpc" => Ok(TransportKind::Grpc),
             other => Err(Error::InvalidConfig(format!(
-                "unknown transport `{other}` (expected auto, tcp or verbs)"
+                "unknown transport `{other}` (expected auto, tcp, verbs or grpc)"
             ))),
         }
     }
@@ -47,6 +64,9 @@ fn resolve(addr: &str) -> Result<SocketAddr, Error> {
 fn use_verbs(addr: &SocketAddr, kind: TransportKind) -> Result<bool, Error> {
     match kind {
         TransportKind::Tcp => Ok(false),
+        TransportKind::Grpc => Err(Error::InvalidConfig(
+            "a server serves gRPC with ServerBuilder::grpc_listen, beside tcp or verbs".to_string(),
+        )),
         #[cfg(feature = "verbs")]
         TransportKind::Verbs => match crate::transport::verbs::verbs_device_for(addr)? {
             Some(_) => Ok(true),

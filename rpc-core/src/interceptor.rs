@@ -1,0 +1,63 @@
+//! [`Interceptor`]: code that sees every call's metadata before it goes out (client) or
+//! before its handler runs (server), and may change it or end the call with a status: an
+//! auth token added or checked, a request id stamped, a call refused.
+//!
+//! ```
+//! use rpc_core::{Client, Request, Server, Status};
+//!
+//! // Client side: every call carries a token.
+//! let client = Client::builder().interceptor(|mut request: Request<()>| {
+//!     request.metadata_mut().insert("authorization", "Bearer s3cret").unwrap();
+//!     Ok(request)
+//! });
+//!
+//! // Server side: calls without it are refused before any handler runs.
+//! let server = Server::builder().interceptor(|request: Request<()>| {
+//!     match request.metadata().get("authorization") {
+//!         Some("Bearer s3cret") => Ok(request),
+//!         _ => Err(Status::unauthenticated("a valid token is required")),
+//!     }
+//! });
+//! # let _ = (client, server);
+//! ```
+
+use std::sync::Arc;
+
+use crate::{Request, Status};
+
+/// Sees (and may change or refuse) a call's metadata, deadline and peer: the request
+/// without its message. Closures `Fn(Request<()>) -> Result<Request<()>, Status>` are
+/// interceptors. It runs on the calling thread (client) or the thread that received the
+/// request (server), so it must be quick and must not block.
+pub trait Interceptor: Send + Sync + 'static {
+    /// The request to go on with, or the status that ends the call.
+    fn intercept(&self, request: Request<()>) -> Result<Request<()>, Status>;
+}
+
+impl<F> Interceptor for F
+where
+    F: Fn(Request<()>) -> Result<Request<()>, Status> + Send + Sync + 'static,
+{
+    fn intercept(&self, request: Request<()>) -> Result<Request<()>, Status> {
+        self(request)
+    }
+}
+
+/// A shared interceptor, as builders keep it.
+#[derive(Clone)]
+pub(crate) struct SharedInterceptor(pub(crate) Arc<dyn Interceptor>);
+
+impl std::fmt::Debug for SharedInterceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interceptor")
+    }
+}
+
+impl SharedInterceptor {
+    /// Runs the interceptor on `request`'s metadata, keeping its message aside.
+    pub(crate) fn apply<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
+        let (head, message) = request.into_parts();
+        let head = self.0.intercept(head)?;
+        Ok(Request::from_parts(head, message))
+    }
+}

@@ -1,0 +1,182 @@
+//! [`GrpcCall`]: one call on an HTTP/2 stream, as the call's handles see it. What they
+//! produce (headers, messages, the end) queues in `out` for the HTTP/2 body that sends it;
+//! what arrives is pushed into the call's [`StreamShared`] by the task that reads the body.
+//!
+//! Bounds: a sender hands over one message, then waits for the body to take it (the
+//! stream's `send_ready`), so `out` holds at most one message plus the headers and the end.
+//! Received messages not yet read are held under a window: the reading task stops reading
+//! the HTTP/2 body while more than `WINDOW` bytes wait, and HTTP/2's own flow control then
+//! holds the peer back.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use rpc_sync::{Inbox, Mutex, Signal};
+
+use super::frame_message;
+use crate::protocol::v2::Connection;
+use crate::runtime::stream::{Incoming, StreamShared};
+use crate::{Code, MetadataMap, Status};
+
+/// Bytes of received, unread messages after which the reading task pauses.
+pub(crate) const WINDOW: u32 = 256 * 1024;
+
+/// What a call sends, in order.
+#[derive(Debug)]
+pub(crate) enum Outbound {
+    /// Server: the response headers.
+    Headers(MetadataMap),
+    /// One message, prefixed.
+    Message(Bytes),
+    /// Server: the status and trailers (the last item).
+    End(Status),
+}
+
+/// The task serving the call's HTTP/2 side (a client's request, a server's request reader),
+/// aborted when the call is given up.
+#[derive(Default)]
+struct Driver {
+    handle: Option<tokio::task::AbortHandle>,
+    aborted: bool,
+}
+
+/// One call on an HTTP/2 stream.
+pub(crate) struct GrpcCall {
+    shared: Arc<StreamShared>,
+    pub(crate) out: Inbox<Outbound>,
+    max_send: usize,
+    headers_sent: AtomicBool,
+    /// Window bytes of received messages the reader has not consumed.
+    unread: AtomicU32,
+    /// Raised when the reader consumed some.
+    room: Signal,
+    driver: Mutex<Driver>,
+}
+
+impl GrpcCall {
+    /// A call whose peer accepts messages of up to `max_send` bytes.
+    pub(crate) fn new(max_send: usize) -> Arc<GrpcCall> {
+        Arc::new(GrpcCall {
+            shared: StreamShared::new(0, WINDOW, true),
+            out: Inbox::new(),
+            max_send,
+            headers_sent: AtomicBool::new(false),
+            unread: AtomicU32::new(0),
+            room: Signal::new(false),
+            driver: Mutex::new(Driver::default()),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<StreamShared> {
+        &self.shared
+    }
+
+    pub(crate) fn max_send_size(&self) -> usize {
+        self.max_send
+    }
+
+    /// Ties `handle` to the call: aborted when the call is given up (at once if it was).
+    pub(crate) fn set_driver(&self, handle: tokio::task::AbortHandle) {
+        let mut driver = self.driver.lock();
+        if driver.aborted {
+            drop(driver);
+            handle.abort();
+        } else {
+            driver.handle = Some(handle);
+        }
+    }
+
+    /// Stops the call's driver task (its HTTP/2 stream is reset if still open).
+    pub(crate) fn abort_driver(&self) {
+        let handle = {
+            let mut driver = self.driver.lock();
+            driver.aborted = true;
+            driver.handle.take()
+        };
+        if let Some(h) = handle {
+            h.abort();
+        }
+    }
+
+    /// Server: answers with headers, one message and trailers.
+    pub(crate) fn reply<M: prost::Message>(
+        &self,
+        headers: MetadataMap,
+        message: &M,
+        trailers: MetadataMap,
+    ) {
+        self.headers(headers);
+        self.out.push(Outbound::Message(frame_message(message)));
+        self.end(Status::new(Code::Ok, "").with_metadata(trailers));
+    }
+
+    /// Server: ends the call with `status` (OK: its metadata are the trailers).
+    pub(crate) fn end(&self, status: Status) {
+        self.out.close(Some(Outbound::End(status)));
+    }
+
+    /// Server: the response headers (once; later ones are dropped).
+    pub(crate) fn headers(&self, headers: MetadataMap) {
+        if !self.headers_sent.swap(true, Ordering::AcqRel) {
+            self.out.push(Outbound::Headers(headers));
+        }
+    }
+
+    /// One message of a stream (the sender waited for `send_ready`).
+    pub(crate) fn send<M: prost::Message>(&self, message: &M) {
+        self.out.push(Outbound::Message(frame_message(message)));
+    }
+
+    /// Client: ends the requests.
+    pub(crate) fn half_close(&self) {
+        self.out.close(None);
+    }
+
+    /// Client: gives the call up: the reader sees `status`, the HTTP/2 stream is reset.
+    pub(crate) fn cancel(&self, status: Status) {
+        self.shared.end(Err(status));
+        self.out.abandon();
+        self.abort_driver();
+    }
+
+    /// The reader consumed `bytes` of the window.
+    pub(crate) fn consumed(&self, bytes: u32) {
+        let before = self
+            .unread
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |unread| {
+                Some(unread.saturating_sub(bytes))
+            })
+            .unwrap_or(0);
+        if before >= WINDOW && self.room.raise() {
+            crate::runtime::woke_a_thread();
+        }
+    }
+
+    /// Driver: hands a received message to the reader (whose consumption returns its
+    /// window); `false` once the reader is gone.
+    pub(crate) fn deliver(&self, message: Bytes) -> bool {
+        let cost = Connection::<(), Vec<u8>>::message_cost(message.len());
+        self.unread.fetch_add(cost, Ordering::AcqRel);
+        if self.shared.push(Incoming::Message(message.to_vec())) {
+            true
+        } else {
+            self.unread.fetch_sub(cost, Ordering::AcqRel);
+            false
+        }
+    }
+
+    /// Driver: ready while fewer than [`WINDOW`] received bytes wait to be read.
+    pub(crate) fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if self.unread.load(Ordering::Acquire) < WINDOW {
+                return Poll::Ready(());
+            }
+            match self.room.poll_take(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) => continue,
+            }
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! The gRPC face: a [`Server`](crate::Server)'s services on an HTTP/2 port (hyper's server),
+//! for stock gRPC clients. Each HTTP/2 stream becomes a call handed to the same handlers as
+//! calls over verbs or TCP, with a [`GrpcCall`] as their port.
+
+use std::convert::Infallible;
+use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::call::Outbound;
+use super::{
+    metadata_from_headers, metadata_to_headers, parse_timeout, status_to_headers, Deframer,
+    GrpcCall, CONTENT_TYPE,
+};
+use crate::codegen::MethodKind;
+use crate::runtime::conn::{Payload, RequestBody, RequestDelivery};
+use crate::runtime::port::Port;
+use crate::runtime::server::Shared;
+use crate::runtime::stream::Incoming as Inbound;
+use crate::{Error, MetadataMap, Status};
+
+/// How the face runs.
+pub(crate) struct FaceSettings {
+    /// The runtime to run on (else the face starts its own, two threads).
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
+    /// The largest request message accepted and response message sent.
+    pub(crate) max_message_size: usize,
+}
+
+/// A running face.
+pub(crate) struct GrpcFace {
+    local_addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stopped: std::sync::mpsc::Receiver<()>,
+    /// The face's own runtime, when it was given none.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl GrpcFace {
+    /// Binds `addr` and serves `shared`'s services on it.
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        addr: &str,
+        settings: FaceSettings,
+    ) -> Result<GrpcFace, Error> {
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| Error::InvalidAddress(format!("gRPC face: cannot bind {addr}: {e}")))?;
+        listener.set_nonblocking(true)?;
+        let local_addr = listener.local_addr()?;
+        let (runtime, handle) = match settings.runtime {
+            Some(handle) => (None, handle),
+            None => {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("rpc-grpc")
+                    .enable_all()
+                    .build()?;
+                let handle = runtime.handle().clone();
+                (Some(runtime), handle)
+            }
+        };
+        let listener = {
+            let _entered = handle.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
+        let (stop, stop_rx) = tokio::sync::oneshot::channel();
+        let (stopped_tx, stopped) = std::sync::mpsc::channel();
+        let face = Arc::new(Face {
+            shared,
+            max_message_size: settings.max_message_size,
+        });
+        handle.spawn(async move {
+            accept_loop(listener, face, stop_rx).await;
+            let _ = stopped_tx.send(());
+        });
+        tracing::info!(addr = %local_addr, "serving gRPC (HTTP/2)");
+        Ok(GrpcFace {
+            local_addr,
+            stop: Some(stop),
+            stopped,
+            runtime,
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, asks clients to go away (GOAWAY), lets calls finish for up to
+    /// `grace`, then drops the rest.
+    pub(crate) fn shutdown(&mut self, grace: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            let _ = self.stopped.recv_timeout(grace);
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for GrpcFace {
+    fn drop(&mut self) {
+        self.shutdown(Duration::ZERO);
+    }
+}
+
+/// What every call of the face needs.
+struct Face {
+    shared: Arc<Shared>,
+    max_message_size: usize,
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    face: Arc<Face>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    // Pings keep idle connections through middleboxes and find dead peers.
+    http2
+        // gRPC has no use for it, and it would show up as metadata.
+        .auto_date_header(false)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(60))
+        .keep_alive_timeout(Duration::from_secs(20));
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, say: back off instead of spinning.
+                    tracing::warn!(error = %e, "gRPC face: accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let peer: Arc<str> = peer.to_string().into();
+        let face = Arc::clone(&face);
+        let service = hyper::service::service_fn(move |request| {
+            let (face, peer) = (Arc::clone(&face), Arc::clone(&peer));
+            async move { Ok::<_, Infallible>(serve_call(face, peer, request).await) }
+        });
+        let connection = graceful.watch(http2.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "gRPC face: connection ended");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// Serves one HTTP/2 request as a call.
+async fn serve_call(
+    face: Arc<Face>,
+    peer: Arc<str>,
+    request: http::Request<Incoming>,
+) -> http::Response<FaceBody> {
+    if request.method() != Method::POST {
+        return http_error(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let is_grpc = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(CONTENT_TYPE));
+    if !is_grpc {
+        return http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    let path = request.uri().path();
+    let Some((method, kind)) = face.shared.lookup(path) else {
+        return trailers_only(Status::unimplemented(format!(
+            "{path}: no such method on this server"
+        )));
+    };
+    if let Some(encoding) = request.headers().get("grpc-encoding") {
+        if encoding != "identity" {
+            let mut response = trailers_only(Status::unimplemented(format!(
+                "grpc-encoding {encoding:?} is not supported: send messages uncompressed (identity)"
+            )));
+            response
+                .headers_mut()
+                .insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
+            return response;
+        }
+    }
+    let deadline = match request.headers().get("grpc-timeout") {
+        None => None,
+        Some(value) => match value.to_str().ok().and_then(parse_timeout) {
+            Some(timeout) => Instant::now().checked_add(timeout),
+            None => {
+                return trailers_only(Status::internal(format!(
+                    "malformed grpc-timeout {value:?}"
+                )))
+            }
+        },
+    };
+    let metadata = metadata_from_headers(request.headers());
+    let call = GrpcCall::new(face.max_message_size);
+    let body = request.into_body();
+    let request_body = match kind {
+        MethodKind::Unary | MethodKind::ServerStreaming => {
+            match read_one(body, face.max_message_size, deadline).await {
+                Ok(message) => RequestBody::Message(Payload::owned(message.to_vec())),
+                Err(status) => return trailers_only(status),
+            }
+        }
+        MethodKind::ClientStreaming | MethodKind::BidiStreaming => {
+            let reader = tokio::spawn(read_stream(Arc::clone(&call), body, face.max_message_size));
+            call.set_driver(reader.abort_handle());
+            RequestBody::Stream
+        }
+    };
+    // From here on, a dropped future (the client reset the stream) cancels the handler.
+    let mut guard = CallGuard(Some(Arc::clone(&call)));
+    face.shared.serve(
+        Port::Grpc(Arc::clone(&call)),
+        peer,
+        RequestDelivery {
+            call: 0,
+            method,
+            deadline,
+            metadata,
+            body: request_body,
+            stream: Some(Arc::clone(call.shared())),
+        },
+    );
+    let mut expiry = deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+    let first = poll_fn(|cx| {
+        if let Poll::Ready(item) = call.out.poll_recv(cx) {
+            return Poll::Ready(Some(item));
+        }
+        match expiry.as_mut().map(|e| e.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(None),
+            _ => Poll::Pending,
+        }
+    })
+    .await;
+    let (headers, peeked) = match first {
+        Some(Some(Outbound::Headers(headers))) => (headers, None),
+        Some(Some(Outbound::Message(message))) => (MetadataMap::new(), Some(message)),
+        Some(Some(Outbound::End(status))) => {
+            guard.finish();
+            return trailers_only(status);
+        }
+        Some(None) => {
+            guard.finish();
+            return trailers_only(Status::internal("the call ended without a status"));
+        }
+        None => {
+            guard.expire();
+            return trailers_only(deadline_exceeded());
+        }
+    };
+    let mut response = http::Response::new(FaceBody {
+        call: guard.0.take(),
+        expiry,
+        peeked,
+    });
+    grpc_headers(response.headers_mut());
+    metadata_to_headers(&headers, response.headers_mut());
+    response
+}
+
+fn deadline_exceeded() -> Status {
+    Status::deadline_exceeded("the call's deadline (grpc-timeout) passed")
+}
+
+fn grpc_headers(headers: &mut HeaderMap) {
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(CONTENT_TYPE),
+    );
+}
+
+/// A response of headers only, carrying `status` (gRPC's "Trailers-Only").
+fn trailers_only(status: Status) -> http::Response<FaceBody> {
+    let mut response = http::Response::new(FaceBody::empty());
+    grpc_headers(response.headers_mut());
+    status_to_headers(&status, response.headers_mut());
+    response
+}
+
+fn http_error(code: StatusCode) -> http::Response<FaceBody> {
+    let mut response = http::Response::new(FaceBody::empty());
+    *response.status_mut() = code;
+    response
+}
+
+/// Reads the one message of a unary-request call (by its deadline).
+async fn read_one(
+    mut body: Incoming,
+    max_message_size: usize,
+    deadline: Option<Instant>,
+) -> Result<Bytes, Status> {
+    let read = async {
+        let mut deframer = Deframer::new(max_message_size);
+        let mut message = None;
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|e| Status::cancelled(format!("the request stream failed: {e}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            deframer.push(data);
+            while let Some(m) = deframer.next_message()? {
+                if message.replace(m).is_some() {
+                    return Err(Status::unimplemented(
+                        "more than one request message for a method that takes one",
+                    ));
+                }
+            }
+        }
+        if deframer.has_partial() {
+            return Err(Status::internal(
+                "the request stream ended inside a message",
+            ));
+        }
+        message.ok_or_else(|| Status::unimplemented("the request stream ended without a message"))
+    };
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), read)
+            .await
+            .unwrap_or_else(|_| Err(deadline_exceeded())),
+        None => read.await,
+    }
+}
+
+/// Reads the request messages of a streaming-request call into its stream state, pausing
+/// while the handler has a window's worth unread.
+async fn read_stream(call: Arc<GrpcCall>, mut body: Incoming, max_message_size: usize) {
+    let mut deframer = Deframer::new(max_message_size);
+    let end = 'read: loop {
+        poll_fn(|cx| call.poll_room(cx)).await;
+        match body.frame().await {
+            None if deframer.has_partial() => {
+                break Err(Status::internal(
+                    "the request stream ended inside a message",
+                ))
+            }
+            None => break Ok(()),
+            Some(Err(e)) => {
+                break Err(Status::cancelled(format!(
+                    "the client's request stream failed: {e}"
+                )))
+            }
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                deframer.push(data);
+                loop {
+                    match deframer.next_message() {
+                        // A handler that dropped its request stream ignores the rest.
+                        Ok(Some(message)) => _ = call.deliver(message),
+                        Ok(None) => break,
+                        Err(status) => break 'read Err(status),
+                    }
+                }
+            }
+        }
+    };
+    match end {
+        Ok(()) => {
+            call.shared()
+                .inbox
+                .close(Some(Inbound::End(Ok(MetadataMap::new()))));
+        }
+        Err(status) => {
+            call.shared().cancel(status.clone());
+            call.end(status);
+        }
+    }
+}
+
+/// Cancels a call's handler if the response is dropped before its body takes over.
+struct CallGuard(Option<Arc<GrpcCall>>);
+
+impl CallGuard {
+    /// The call ended by itself.
+    fn finish(&mut self) {
+        if let Some(call) = self.0.take() {
+            call.shared().finish();
+            call.abort_driver();
+        }
+    }
+
+    /// The deadline passed first: the handler is cancelled.
+    fn expire(&mut self) {
+        if let Some(call) = self.0.take() {
+            call.shared().cancel(deadline_exceeded());
+            call.abort_driver();
+        }
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        if let Some(call) = self.0.take() {
+            call.shared()
+                .cancel(Status::cancelled("the client cancelled the call"));
+            call.abort_driver();
+        }
+    }
+}
+
+/// The response body: the call's messages, then its status as trailers. Dropped before its
+/// end (the client reset the stream or went away), it cancels the call.
+pub(crate) struct FaceBody {
+    call: Option<Arc<GrpcCall>>,
+    expiry: Option<Pin<Box<tokio::time::Sleep>>>,
+    peeked: Option<Bytes>,
+}
+
+impl FaceBody {
+    fn empty() -> FaceBody {
+        FaceBody {
+            call: None,
+            expiry: None,
+            peeked: None,
+        }
+    }
+
+    /// The trailers that end the call with `status`.
+    fn finish(&mut self, status: &Status) -> HeaderMap {
+        let mut trailers = HeaderMap::new();
+        status_to_headers(status, &mut trailers);
+        CallGuard(self.call.take()).finish();
+        trailers
+    }
+}
+
+/// The sender may hand over its next message.
+fn taken(call: &GrpcCall) {
+    if call.shared().send_ready.raise() {
+        crate::runtime::woke_a_thread();
+    }
+}
+
+impl http_body::Body for FaceBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(message) = this.peeked.take() {
+            if let Some(call) = &this.call {
+                taken(call);
+            }
+            return Poll::Ready(Some(Ok(Frame::data(message))));
+        }
+        let Some(call) = this.call.clone() else {
+            return Poll::Ready(None);
+        };
+        loop {
+            match call.out.poll_recv(cx) {
+                Poll::Ready(Some(Outbound::Message(message))) => {
+                    taken(&call);
+                    return Poll::Ready(Some(Ok(Frame::data(message))));
+                }
+                Poll::Ready(Some(Outbound::Headers(_))) => continue,
+                Poll::Ready(Some(Outbound::End(status))) => {
+                    return Poll::Ready(Some(Ok(Frame::trailers(this.finish(&status)))));
+                }
+                Poll::Ready(None) => {
+                    let status = Status::internal("the call ended without a status");
+                    return Poll::Ready(Some(Ok(Frame::trailers(this.finish(&status)))));
+                }
+                Poll::Pending => {
+                    let expired = this
+                        .expiry
+                        .as_mut()
+                        .is_some_and(|e| e.as_mut().poll(cx).is_ready());
+                    if !expired {
+                        return Poll::Pending;
+                    }
+                    call.shared().cancel(deadline_exceeded());
+                    return Poll::Ready(Some(Ok(Frame::trailers(
+                        this.finish(&deadline_exceeded()),
+                    ))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.call.is_none() && self.peeked.is_none()
+    }
+}
+
+impl Drop for FaceBody {
+    fn drop(&mut self) {
+        drop(CallGuard(self.call.take()));
+    }
+}
