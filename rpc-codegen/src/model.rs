@@ -144,6 +144,9 @@ pub struct Service {
     pub methods: Vec<Method>,
     /// Set when the natural module names were taken and got a numeric suffix: explains why.
     pub rename_note: Option<String>,
+    /// The encoded `FileDescriptorSet` of the defining file and its imports (server
+    /// reflection); empty when unknown.
+    pub descriptor_set: Vec<u8>,
 }
 
 impl Service {
@@ -219,6 +222,7 @@ impl Service {
             methods: resolve_methods(&full_name, methods),
             full_name,
             rename_note,
+            descriptor_set: Vec::new(),
         }
     }
 

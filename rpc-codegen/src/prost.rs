@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use prost_types::FileDescriptorSet;
+use prost_types::{FileDescriptorProto, FileDescriptorSet};
 
 use crate::emit::{self, Emit};
 use crate::model::{self, MethodSpec, Service};
@@ -16,6 +16,8 @@ pub struct RpcServiceGenerator {
     /// Per protobuf package: the Rust module names in the package's module that are taken,
     /// by prost-build (nested-type modules, sub-packages) or by services generated so far.
     taken_modules: HashMap<String, HashSet<String>>,
+    /// The parsed files, for each service's descriptor set (server reflection).
+    files: Vec<FileDescriptorProto>,
 }
 
 impl RpcServiceGenerator {
@@ -25,6 +27,7 @@ impl RpcServiceGenerator {
         RpcServiceGenerator {
             emit,
             taken_modules: prost_modules(fds),
+            files: fds.file.clone(),
         }
     }
 
@@ -48,13 +51,15 @@ impl RpcServiceGenerator {
             .taken_modules
             .entry(service.package.clone())
             .or_default();
-        Service::new(
+        let mut model = Service::new(
             &service.package,
             &service.proto_name,
             doc_lines(&service.comments),
             methods,
             taken,
-        )
+        );
+        model.descriptor_set = descriptor_set(&self.files, &service.package, &service.proto_name);
+        model
     }
 }
 
@@ -64,6 +69,42 @@ impl prost_build::ServiceGenerator for RpcServiceGenerator {
         buf.push('\n');
         buf.push_str(&emit::service_source(&model, self.emit));
     }
+}
+
+/// The encoded `FileDescriptorSet` of the file that defines service `name` of `package`
+/// and of all it imports, imports first, without source info (comments and spans only
+/// make it larger); empty if no file of `files` defines it.
+pub fn descriptor_set(files: &[FileDescriptorProto], package: &str, name: &str) -> Vec<u8> {
+    let by_name: HashMap<&str, &FileDescriptorProto> =
+        files.iter().map(|f| (f.name(), f)).collect();
+    let Some(root) = files
+        .iter()
+        .find(|f| f.package() == package && f.service.iter().any(|s| s.name() == name))
+    else {
+        return Vec::new();
+    };
+    // Depth-first, dependencies before dependents.
+    fn visit<'a>(
+        file: &'a FileDescriptorProto,
+        by_name: &HashMap<&str, &'a FileDescriptorProto>,
+        seen: &mut HashSet<&'a str>,
+        out: &mut Vec<FileDescriptorProto>,
+    ) {
+        if !seen.insert(file.name()) {
+            return;
+        }
+        for dep in &file.dependency {
+            if let Some(d) = by_name.get(dep.as_str()) {
+                visit(d, by_name, seen, out);
+            }
+        }
+        let mut file = file.clone();
+        file.source_code_info = None;
+        out.push(file);
+    }
+    let mut out = Vec::new();
+    visit(root, &by_name, &mut HashSet::new(), &mut out);
+    prost::Message::encode_to_vec(&FileDescriptorSet { file: out })
 }
 
 /// The rustdoc lines of a `.proto` comment: leading comment, then trailing comment (detached

@@ -94,6 +94,12 @@ pub trait Service: Send + Sync + 'static {
     /// Runs method `method_index` (an index into `descriptor().methods`) on `request`, and
     /// answers through `reply`. A `reply` dropped unanswered sends INTERNAL.
     fn call(&self, method_index: usize, request: IncomingRequest, reply: ReplySink);
+    /// The encoded `google.protobuf.FileDescriptorSet` of the `.proto` file that defines the
+    /// service and of every file it imports: what server reflection hands to tools that
+    /// list and call services without the `.proto` files. Empty when unknown.
+    fn file_descriptor_set(&self) -> &'static [u8] {
+        &[]
+    }
 }
 
 // ----- synchronous handlers ------------------------------------------------------------

@@ -45,6 +45,10 @@
 //!
 //! `docs/PROTOCOL.md` specifies the wire format; `docs/ARCHITECTURE.md` the layers.
 
+// The generated code of the standard services names this crate `rpc_core`, as users'
+// generated code does.
+extern crate self as rpc_core;
+
 pub mod codegen;
 mod error;
 mod interceptor;
@@ -52,6 +56,7 @@ mod metadata;
 pub mod protocol;
 mod request;
 mod runtime;
+pub mod standard;
 mod status;
 pub mod transport;
 

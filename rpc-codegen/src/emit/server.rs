@@ -79,6 +79,7 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
     };
 
     let methods = methods_static(service);
+    let descriptor_set = proc_macro2::Literal::byte_string(&service.descriptor_set);
 
     quote! {
         #mod_docs
@@ -123,6 +124,10 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                     &SERVICE
                 }
 
+                fn file_descriptor_set(&self) -> &'static [u8] {
+                    FILE_DESCRIPTOR_SET
+                }
+
                 fn call(
                     &self,
                     method_index: usize,
@@ -132,6 +137,10 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                     #call_body
                 }
             }
+
+            /// The encoded `FileDescriptorSet` of the service's `.proto` file and its imports
+            /// (for server reflection).
+            pub static FILE_DESCRIPTOR_SET: &[u8] = #descriptor_set;
 
             /// The static description of this service.
             pub static SERVICE: ::rpc_core::codegen::ServiceDescriptor =

@@ -55,6 +55,7 @@ pub struct ServerBuilder {
     grpc_listen: Option<String>,
     grpc_runtime: Option<tokio::runtime::Handle>,
     interceptor: Option<SharedInterceptor>,
+    standard_services: bool,
 }
 
 impl Default for ServerBuilder {
@@ -71,6 +72,7 @@ impl Default for ServerBuilder {
             grpc_listen: None,
             grpc_runtime: None,
             interceptor: None,
+            standard_services: true,
         }
     }
 }
@@ -153,6 +155,14 @@ impl ServerBuilder {
         self
     }
 
+    /// Whether the server also offers the standard services (default: yes): gRPC health
+    /// checking (`grpc.health.v1.Health`) and server reflection (`grpc.reflection.v1` and
+    /// `v1alpha`), on every transport and the gRPC face. See [`crate::standard`].
+    pub fn standard_services(mut self, enable: bool) -> Self {
+        self.standard_services = enable;
+        self
+    }
+
     /// Adds a service whose handlers run on the worker pool.
     pub fn add_service(self, service: impl Service) -> Self {
         self.add_service_with(service, Execution::WorkerPool)
@@ -214,8 +224,19 @@ impl ServerBuilder {
     }
 
     /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool.
-    pub fn serve(self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
+    pub fn serve(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
         self.ring.validate()?;
+        if self.standard_services {
+            let own: Vec<Arc<dyn Service>> =
+                self.services.iter().map(|(s, _)| Arc::clone(s)).collect();
+            for service in crate::standard::services(&own) {
+                // A service of the user's own under a standard name wins.
+                let name = service.descriptor().name;
+                if !own.iter().any(|s| s.descriptor().name == name) {
+                    self.services.push((service, Execution::WorkerPool));
+                }
+            }
+        }
         let routes = self.routes()?;
         let super::transport_select::ServerTransport {
             cq,
