@@ -242,7 +242,7 @@ impl ServerBuilder {
             cq,
             acceptor,
             name: transport_name,
-        } = server_transport(addr, transport, self.ring)?;
+        } = server_transport(addr, transport, self.ring, self.thread_context.clone())?;
         let counters = Arc::new(Counters::default());
         let paths = routes
             .values()

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::pool::ThreadContext;
 use crate::transport::heap::ChannelCq;
 use crate::transport::{memory, tcp, Acceptor, CompletionQueue, Link, LinkId, RingConfig};
 use crate::Error;
@@ -168,10 +169,12 @@ pub(crate) struct ServerTransport {
     pub(crate) name: &'static str,
 }
 
+/// `context` wraps the TCP I/O thread, which runs inline handlers.
 pub(crate) fn server_transport(
     addr: &str,
     kind: TransportKind,
     ring: RingConfig,
+    context: Option<ThreadContext>,
 ) -> Result<ServerTransport, Error> {
     if let Some(name) = addr.strip_prefix("mem:") {
         let cq = ChannelCq::new();
@@ -196,7 +199,7 @@ pub(crate) fn server_transport(
         }
     }
     let cq = ChannelCq::new();
-    let acceptor = tcp::TcpAcceptor::bind(sa, ring, cq.clone())?;
+    let acceptor = tcp::TcpAcceptor::bind(sa, ring, cq.clone(), context)?;
     Ok(ServerTransport {
         cq,
         acceptor: Box::new(acceptor),

@@ -52,6 +52,7 @@ use rpc_sync::{assert_unlocked, Exclusive};
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing};
 use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
 use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
+use crate::runtime::pool::ThreadContext;
 use crate::Error;
 
 /// How long a peer has, in total, to deliver its whole HELLO frame after accept / connect.
@@ -118,7 +119,13 @@ struct IoHandle {
 
 impl IoHandle {
     /// Starts the I/O thread, with `listener` for a server.
-    fn start(cq: Arc<ChannelCq>, listener: Option<Listening>) -> Result<IoHandle, Error> {
+    /// Starts the I/O thread; `context` wraps its loop (a server's
+    /// `ServerBuilder::thread_context`: inline handlers run on this thread).
+    fn start(
+        cq: Arc<ChannelCq>,
+        listener: Option<Listening>,
+        context: Option<ThreadContext>,
+    ) -> Result<IoHandle, Error> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
         let shared = Arc::new(IoShared {
@@ -147,7 +154,18 @@ impl IoHandle {
         }
         let handle = std::thread::Builder::new()
             .name("rpc-tcp-io".to_string())
-            .spawn(move || io.run())?;
+            .spawn(move || {
+                let mut io = Some(io);
+                let mut run = || {
+                    if let Some(io) = io.take() {
+                        io.run();
+                    }
+                };
+                match context {
+                    Some(context) => context(&mut run),
+                    None => run(),
+                }
+            })?;
         let _ = shared.thread.set(handle.thread().id());
         Ok(IoHandle { shared })
     }
@@ -946,7 +964,7 @@ impl TcpConnector {
     pub(crate) fn new(addr: SocketAddr, cq: Arc<ChannelCq>) -> Result<TcpConnector, Error> {
         Ok(TcpConnector {
             addr,
-            io: IoHandle::start(cq, None)?,
+            io: IoHandle::start(cq, None, None)?,
         })
     }
 
@@ -997,6 +1015,7 @@ impl TcpAcceptor {
         addr: SocketAddr,
         ring: RingConfig,
         cq: Arc<ChannelCq>,
+        context: Option<ThreadContext>,
     ) -> Result<TcpAcceptor, Error> {
         ring.validate()?;
         let listener = TcpListener::bind(addr)?;
@@ -1010,6 +1029,7 @@ impl TcpAcceptor {
                 links: tx,
                 next_id: 1,
             }),
+            context,
         )?;
         Ok(TcpAcceptor {
             local_addr,
