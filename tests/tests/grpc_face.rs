@@ -48,3 +48,53 @@ fn statuses_and_panics_over_grpc() {
     let (_server, client) = setup();
     scenarios::statuses(&client);
 }
+
+const TLS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/tls");
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{TLS_DIR}/{name}")).expect("test TLS material")
+}
+
+#[test]
+fn tls_face_serves_a_client_that_trusts_its_ca_and_refuses_plaintext() {
+    let server = Server::builder()
+        .add_service(TortureServer::new(TortureService::default()))
+        .grpc_listen("127.0.0.1:0")
+        .grpc_tls(&read("server.pem"), &read("server.key"))
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .expect("server starts");
+    let addr = server.grpc_local_addr().unwrap().to_string();
+    let client = TortureClient::new(
+        Client::builder()
+            .transport(TransportKind::Grpc)
+            .grpc_tls(&read("ca.pem"), None)
+            .connect(&addr)
+            .expect("a TLS client connects"),
+    );
+    let req = scenarios::payload(9, 300);
+    assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
+    scenarios::statuses(&client);
+
+    // A plaintext client gets no HTTP/2 from a TLS port (its connect may succeed: HTTP/2
+    // needs no answer before the first request), so its calls fail.
+    let plain = Client::builder()
+        .transport(TransportKind::Grpc)
+        .timeout(std::time::Duration::from_secs(10))
+        .connect(&addr);
+    if let Ok(plain) = plain {
+        let err = TortureClient::new(plain).echo(req).unwrap_err();
+        assert_eq!(err.code(), rpc_core::Code::Unavailable, "{err}");
+    }
+}
+
+#[test]
+fn tls_face_with_a_bad_key_does_not_start() {
+    let err = Server::builder()
+        .add_service(TortureServer::new(TortureService::default()))
+        .grpc_listen("127.0.0.1:0")
+        .grpc_tls(&read("server.pem"), b"not a key")
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .err()
+        .expect("a bad key is refused");
+    assert!(err.to_string().contains("TLS"), "{err}");
+}

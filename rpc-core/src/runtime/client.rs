@@ -15,7 +15,7 @@ use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
 use super::conn::{block_frame, Caller, Conn, Keepalive, OpenCall, Reply, Work, UNARY};
 use super::endpoint::{Endpoint, PollerSettings};
-use super::grpc::client::GrpcChannel;
+use super::grpc::client::{ClientTls, GrpcChannel};
 use super::port::Port;
 use super::stream::StreamShared;
 use super::streaming::{Reader, StreamSender, Streaming};
@@ -121,6 +121,22 @@ pub struct ClientBuilder {
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
     interceptor: Option<SharedInterceptor>,
+    grpc_tls: Option<GrpcTls>,
+}
+
+/// TLS settings of [`TransportKind::Grpc`]: PEM roots and the expected server name.
+#[derive(Clone)]
+struct GrpcTls {
+    roots_pem: Vec<u8>,
+    server_name: Option<String>,
+}
+
+impl std::fmt::Debug for GrpcTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientBuilder {
@@ -134,11 +150,23 @@ impl Default for ClientBuilder {
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
             interceptor: None,
+            grpc_tls: None,
         }
     }
 }
 
 impl ClientBuilder {
+    /// With [`TransportKind::Grpc`]: connects over TLS (rustls; ALPN `h2`), trusting the
+    /// PEM certificates `roots_pem` and expecting the server's certificate to name
+    /// `server_name` (default: the host part of the address).
+    pub fn grpc_tls(mut self, roots_pem: &[u8], server_name: Option<&str>) -> Self {
+        self.grpc_tls = Some(GrpcTls {
+            roots_pem: roots_pem.to_vec(),
+            server_name: server_name.map(str::to_string),
+        });
+        self
+    }
+
     /// Runs `interceptor` on every call before it goes out: it may add or change metadata
     /// or the timeout, or fail the call with a status (nothing is sent then).
     pub fn interceptor(mut self, interceptor: impl Interceptor) -> Self {
@@ -205,10 +233,28 @@ impl ClientBuilder {
         self.ring.validate()?;
         let counters = Arc::new(Counters::default());
         if self.transport == TransportKind::Grpc {
+            let tls = match &self.grpc_tls {
+                None => None,
+                Some(tls) => {
+                    let name = match &tls.server_name {
+                        Some(name) => name.clone(),
+                        None => host_of(addr).to_string(),
+                    };
+                    let server_name = rustls_pki_types::ServerName::try_from(name.clone())
+                        .map_err(|e| {
+                            Error::InvalidConfig(format!("TLS: bad server name {name:?}: {e}"))
+                        })?;
+                    Some(ClientTls {
+                        config: super::grpc::tls::client_config(&tls.roots_pem)?,
+                        server_name,
+                    })
+                }
+            };
             let channel = GrpcChannel::connect(
                 addr,
                 self.connect_timeout,
                 self.ring.max_message_size as usize,
+                tls,
             )?;
             tracing::debug!(%addr, transport = "grpc", "connected");
             return Ok(Client {
@@ -253,6 +299,12 @@ impl ClientBuilder {
             }),
         })
     }
+}
+
+/// The host part of `host:port` (`[v6]:port` too).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// Call cells of finished calls, ready for the next ones: no allocation per call.

@@ -54,6 +54,7 @@ pub struct ServerBuilder {
     thread_context: Option<ThreadContext>,
     grpc_listen: Option<String>,
     grpc_runtime: Option<tokio::runtime::Handle>,
+    grpc_tls: Option<(Vec<u8>, Vec<u8>)>,
     interceptor: Option<SharedInterceptor>,
     standard_services: bool,
 }
@@ -71,6 +72,7 @@ impl Default for ServerBuilder {
             thread_context: None,
             grpc_listen: None,
             grpc_runtime: None,
+            grpc_tls: None,
             interceptor: None,
             standard_services: true,
         }
@@ -136,6 +138,13 @@ impl ServerBuilder {
     /// address.
     pub fn grpc_listen(mut self, addr: &str) -> Self {
         self.grpc_listen = Some(addr.to_string());
+        self
+    }
+
+    /// Serves the gRPC face over TLS (rustls; ALPN `h2`) with the PEM certificate chain
+    /// (leaf first) and its PEM private key; without it the face is plaintext.
+    pub fn grpc_tls(mut self, cert_chain_pem: &[u8], private_key_pem: &[u8]) -> Self {
+        self.grpc_tls = Some((cert_chain_pem.to_vec(), private_key_pem.to_vec()));
         self
     }
 
@@ -263,6 +272,10 @@ impl ServerBuilder {
                 FaceSettings {
                     runtime: self.grpc_runtime.clone(),
                     max_message_size: self.ring.max_message_size as usize,
+                    tls: match &self.grpc_tls {
+                        Some((certs, key)) => Some(super::grpc::tls::server_config(certs, key)?),
+                        None => None,
+                    },
                 },
             )?),
             None => None,

@@ -53,10 +53,18 @@ where
     rx.recv().expect("the gRPC client runtime stopped")
 }
 
+/// TLS for a client: the trusted roots and the name the server's certificate must carry.
+#[derive(Clone)]
+pub(crate) struct ClientTls {
+    pub(crate) config: Arc<tokio_rustls::rustls::ClientConfig>,
+    pub(crate) server_name: rustls_pki_types::ServerName<'static>,
+}
+
 /// A gRPC client transport: one HTTP/2 connection to `addr`, redialled when lost.
 pub(crate) struct GrpcChannel {
     handle: tokio::runtime::Handle,
     addr: String,
+    tls: Option<ClientTls>,
     connect_timeout: Duration,
     max_message_size: usize,
     sender: Mutex<Option<SendRequest<ClientBody>>>,
@@ -68,11 +76,13 @@ impl GrpcChannel {
         addr: &str,
         connect_timeout: Duration,
         max_message_size: usize,
+        tls: Option<ClientTls>,
     ) -> Result<Arc<GrpcChannel>, Error> {
         let handle = runtime()?.handle().clone();
         let channel = Arc::new(GrpcChannel {
             handle,
             addr: addr.to_string(),
+            tls,
             connect_timeout,
             max_message_size,
             sender: Mutex::new(None),
@@ -112,13 +122,29 @@ impl GrpcChannel {
         .await
         .map_err(|_| format!("no connection within {:?}", self.connect_timeout))??;
         stream.set_nodelay(true)?;
-        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        let mut http2 = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+        http2
             .timer(TokioTimer::new())
             .keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .handshake(TokioIo::new(stream))
-            .await?;
+            .keep_alive_timeout(Duration::from_secs(10));
         let addr = self.addr.clone();
+        let Some(tls) = &self.tls else {
+            let (sender, connection) = http2.handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(%addr, error = %e, "gRPC connection ended");
+                }
+            });
+            return Ok(sender);
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+        let stream = tokio::time::timeout(
+            self.connect_timeout,
+            connector.connect(tls.server_name.clone(), stream),
+        )
+        .await
+        .map_err(|_| format!("no TLS handshake within {:?}", self.connect_timeout))??;
+        let (sender, connection) = http2.handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(%addr, error = %e, "gRPC connection ended");
@@ -147,7 +173,7 @@ impl GrpcChannel {
         });
         *request.method_mut() = Method::POST;
         *request.uri_mut() = match http::Uri::builder()
-            .scheme("http")
+            .scheme(if self.tls.is_some() { "https" } else { "http" })
             .authority(self.addr.as_str())
             .path_and_query(path)
             .build()

@@ -9,6 +9,7 @@
 pub(crate) mod call;
 pub(crate) mod client;
 pub(crate) mod server;
+pub(crate) mod tls;
 
 use std::time::Duration;
 

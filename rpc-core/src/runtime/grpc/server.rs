@@ -35,6 +35,8 @@ pub(crate) struct FaceSettings {
     pub(crate) runtime: Option<tokio::runtime::Handle>,
     /// The largest request message accepted and response message sent.
     pub(crate) max_message_size: usize,
+    /// TLS, if the face serves it.
+    pub(crate) tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 /// A running face.
@@ -79,11 +81,13 @@ impl GrpcFace {
             shared,
             max_message_size: settings.max_message_size,
         });
+        let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
+        let secure = tls.is_some();
         handle.spawn(async move {
-            accept_loop(listener, face, stop_rx).await;
+            accept_loop(listener, face, tls, stop_rx).await;
             let _ = stopped_tx.send(());
         });
-        tracing::info!(addr = %local_addr, "serving gRPC (HTTP/2)");
+        tracing::info!(addr = %local_addr, tls = secure, "serving gRPC (HTTP/2)");
         Ok(GrpcFace {
             local_addr,
             stop: Some(stop),
@@ -115,6 +119,9 @@ impl Drop for GrpcFace {
     }
 }
 
+/// How long a client may take to complete its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What every call of the face needs.
 struct Face {
     shared: Arc<Shared>,
@@ -124,6 +131,7 @@ struct Face {
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     face: Arc<Face>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -155,12 +163,43 @@ async fn accept_loop(
             let (face, peer) = (Arc::clone(&face), Arc::clone(&peer));
             async move { Ok::<_, Infallible>(serve_call(face, peer, request).await) }
         });
-        let connection = graceful.watch(http2.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "gRPC face: connection ended");
+        match &tls {
+            None => {
+                let connection =
+                    graceful.watch(http2.serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(error = %e, "gRPC face: connection ended");
+                    }
+                });
             }
-        });
+            Some(acceptor) => {
+                // The handshake runs in the connection's task, so a slow client holds up
+                // only itself; it must finish within the limit.
+                let (acceptor, http2, watcher) =
+                    (acceptor.clone(), http2.clone(), graceful.watcher());
+                tokio::spawn(async move {
+                    let handshake =
+                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                    let stream = match handshake {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "gRPC face: TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("gRPC face: TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let connection =
+                        watcher.watch(http2.serve_connection(TokioIo::new(stream), service));
+                    if let Err(e) = connection.await {
+                        tracing::debug!(error = %e, "gRPC face: connection ended");
+                    }
+                });
+            }
+        }
     }
     drop(listener);
     graceful.shutdown().await;
