@@ -119,6 +119,9 @@ impl Drop for GrpcFace {
     }
 }
 
+/// Calls one HTTP/2 connection may have open at once.
+const MAX_STREAMS: u32 = 256;
+
 /// How long a client may take to complete its TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -140,6 +143,15 @@ async fn accept_loop(
     http2
         // gRPC has no use for it, and it would show up as metadata.
         .auto_date_header(false)
+        // What one connection may make the face hold, whatever the client does: at most
+        // MAX_STREAMS calls, each with a 1 MiB HTTP/2 receive window (4 MiB for the whole
+        // connection) on top of the calls' own windows of unread messages, and headers of
+        // at most 64 KiB.
+        .max_concurrent_streams(MAX_STREAMS)
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(4 << 20)
+        .max_send_buf_size(1 << 20)
+        .max_header_list_size(64 << 10)
         .timer(hyper_util::rt::TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(60))
         .keep_alive_timeout(Duration::from_secs(20));
