@@ -12,6 +12,8 @@
 //! Divide(1, 0) -> INVALID_ARGUMENT: division by zero: 1 / 0
 //! Evaluate("2 * (3 + 4) ^ 2") = 98
 //! Evaluate("2 + * 3") -> INVALID_ARGUMENT: syntax error at position 5: expected a number or '(', found '*'
+//! Sum(1, 2, ..., 100) [client streaming] = 5050
+//! RunningTotal(5, -2, 10, 100) [bidirectional] = 5 3 13 113
 //! ```
 //!
 //! The script knows what each call should return, errors included; a call whose outcome
@@ -25,7 +27,7 @@ use rpc_core::codegen::Code;
 use rpc_core::{Request, Status};
 use rpc_examples::calc::calculator_client::CalculatorClient;
 use rpc_examples::calc::{
-    AddRequest, DivideRequest, EvaluateRequest, MultiplyRequest, SubtractRequest,
+    AddRequest, DivideRequest, EvaluateRequest, MultiplyRequest, SubtractRequest, SumRequest,
 };
 use rpc_examples::cli::{self, ClientArgs};
 use rpc_examples::expr;
@@ -219,11 +221,64 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
         Expect::Value("all 32 correct"),
     );
 
+    // Client streaming: a stream of numbers in, their sum out (blocking, then async).
+    let outcome = calc
+        .sum((1..=100).map(|value| SumRequest { value }))
+        .map(|r| r.into_inner().total.to_string());
+    script.check(
+        "Sum(1, 2, ..., 100) [client streaming]",
+        outcome,
+        Expect::Value("5050"),
+    );
+    let outcome = calc
+        .sum([i64::MAX, 1].map(|value| SumRequest { value }))
+        .map(|r| r.into_inner().total.to_string());
+    script.check(
+        "Sum(i64::MAX, 1) [client streaming]",
+        outcome,
+        Expect::Error(Code::OutOfRange, "integer overflow"),
+    );
+    let numbers = futures::stream::iter((1..=10).map(|value| SumRequest { value }));
+    let outcome = futures::executor::block_on(calc.sum_async(numbers))
+        .map(|r| r.into_inner().total.to_string());
+    script.check(
+        "Sum(1, 2, ..., 10) [client streaming, async]",
+        outcome,
+        Expect::Value("55"),
+    );
+
+    // Bidirectional: each number sent is answered with the total so far before the next
+    // one goes out.
+    let outcome = running_total(calc, &[5, -2, 10, 100]);
+    script.check(
+        "RunningTotal(5, -2, 10, 100) [bidirectional]",
+        outcome,
+        Expect::Value("5 3 13 113"),
+    );
+
     // A per-call timeout on one request.
     let request =
         Request::new(AddRequest { a: 20, b: 22 }).with_timeout(std::time::Duration::from_secs(2));
     let outcome = calc.add(request).map(|r| r.into_inner().value.to_string());
     script.check("Add(20, 22) [2 s timeout]", outcome, Expect::Value("42"));
+}
+
+/// The totals a RunningTotal call answers `numbers` with, space-separated.
+fn running_total(calc: &CalculatorClient, numbers: &[i64]) -> Result<String, Status> {
+    let mut call = calc.running_total(())?;
+    let mut totals = Vec::new();
+    for &value in numbers {
+        call.send(&SumRequest { value })?;
+        match call.recv()? {
+            Some(step) => totals.push(step.total.to_string()),
+            None => return Err(Status::internal("the totals ended early")),
+        }
+    }
+    call.close_send();
+    match call.recv()? {
+        None => Ok(totals.join(" ")),
+        Some(extra) => Err(Status::internal(format!("an extra total: {}", extra.total))),
+    }
 }
 
 fn main() -> ExitCode {

@@ -13,7 +13,8 @@
 //! warm-up, then `--count` measured calls between them (default 10 000).
 //!
 //! Prints the parameters, the transport, the p50 / p99 / p99.9 latency in microseconds, the
-//! rate in calls/s and the number of errors; runs longer than a second report progress on
+//! rate in calls/s and the number of errors; then makes one server-streaming `EchoRepeat`
+//! call of `--count` (at most 100,000) replies of `--size` bytes and prints their rate; runs longer than a second report progress on
 //! stderr. Exits with status 1 if any call failed or any reply differed from its request.
 //!
 //! ```text
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use rpc_examples::cli::{self, EchoClientArgs};
 use rpc_examples::echo::echo_client::EchoClient;
-use rpc_examples::echo::EchoRequest;
+use rpc_examples::echo::{EchoRepeatRequest, EchoRequest};
 use rpc_examples::stats::{calls_per_second, Latencies};
 
 const DEFAULT_CONNECT: &str = "127.0.0.1:50052";
@@ -149,6 +150,51 @@ fn worker(
     report
 }
 
+/// The most replies one EchoRepeat call may ask for (the server's limit).
+const STREAM_MAX: u64 = 100_000;
+
+/// One server-streaming call: `count` replies of `size` bytes as fast as flow control lets
+/// them come; prints their rate. An error if the stream failed or a reply was wrong.
+fn stream_phase(echo: &EchoClient, size: usize, count: u64) -> Result<(), ()> {
+    let payload = vec![0x5a; size];
+    let start = Instant::now();
+    let outcome = echo
+        .echo_repeat(EchoRepeatRequest {
+            payload: payload.clone(),
+            count: count as u32,
+            interval_ms: 0,
+        })
+        .and_then(|response| {
+            let mut received = 0u64;
+            for reply in response.into_inner().into_blocking_iter() {
+                if reply?.payload != payload {
+                    return Err(rpc_core::Status::data_loss("a streamed reply differs"));
+                }
+                received += 1;
+            }
+            Ok(received)
+        });
+    let elapsed = start.elapsed();
+    match outcome {
+        Ok(received) if received == count => {
+            println!(
+                "  stream       {:.0} messages/s (one EchoRepeat of {count} replies in {:.3} s)",
+                calls_per_second(received, elapsed),
+                elapsed.as_secs_f64()
+            );
+            Ok(())
+        }
+        Ok(received) => {
+            eprintln!("echo-client: EchoRepeat sent {received} of {count} replies");
+            Err(())
+        }
+        Err(status) => {
+            eprintln!("echo-client: EchoRepeat failed: {status}");
+            Err(())
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = cli::parse_or_exit(
         &EchoClientArgs::usage("echo-client", DEFAULT_CONNECT),
@@ -251,8 +297,10 @@ fn main() -> ExitCode {
         counters.calls, counters.bytes_sent, counters.bytes_received
     );
 
+    let streamed = stream_phase(&echo, args.size, args.count.min(STREAM_MAX));
+
     let missing = args.count.saturating_sub(attempted);
-    if errors + mismatches > 0 || missing > 0 {
+    if streamed.is_err() || errors + mismatches > 0 || missing > 0 {
         if let Some(first) = first_error {
             eprintln!("echo-client: first failure: {first}");
         }
