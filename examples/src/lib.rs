@@ -116,3 +116,10 @@ pub fn run_until_killed(server: rpc_core::Server) -> ! {
         let _ = &server;
     }
 }
+
+/// The Rust code of the repository's README, compiled as doc tests of this crate: its quick
+/// start includes the `echo` package, which this crate's build script generates, so an API
+/// change that breaks the README fails `cargo test`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
