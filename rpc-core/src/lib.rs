@@ -3,7 +3,10 @@
 //! gRPC-style RPC whose every request and reply is a two-sided RDMA SEND on a reliable
 //! connected queue pair, landing in a ring of receive slots the receiver posted in advance;
 //! one completion-queue poller thread per endpoint dispatches requests to handlers and replies
-//! to waiting calls. Where no RDMA device serves the address, the same API runs over TCP.
+//! to waiting calls. Where no RDMA device serves the address, the same API runs over TCP; a
+//! server can also serve its services as standard gRPC over HTTP/2
+//! ([`ServerBuilder::grpc_listen`]), and a client can call any gRPC server
+//! ([`TransportKind::Grpc`]).
 //!
 //! ## Quick start
 //!
@@ -12,6 +15,7 @@
 //! [dependencies]
 //! rpc-core = "0.1"
 //! prost = "0.14"
+//! futures = "0.3"   # for the stream below
 //! [build-dependencies]
 //! rpc-codegen = "0.1"
 //! ```
@@ -23,16 +27,34 @@
 //! }
 //! ```
 //!
+//! With `proto/echo.proto` declaring `rpc Echo(EchoRequest) returns (EchoReply)` and
+//! `rpc EchoRepeat(EchoRepeatRequest) returns (stream EchoReply)` (the repository's
+//! `proto/echo.proto`; its README has the complete program, compiled by its tests):
+//!
 //! ```ignore
 //! pub mod echo { rpc_core::include_proto!("echo"); }
 //! use echo::echo_server::{Echo, EchoServer};
-//! use echo::{echo_client::EchoClient, EchoReply, EchoRequest};
-//! use rpc_core::{Request, Server, Status, TransportKind};
+//! use echo::{echo_client::EchoClient, EchoRepeatRequest, EchoReply, EchoRequest};
+//! use futures::stream::{self, BoxStream, StreamExt};
+//! use rpc_core::{Request, Response, Server, Status, TransportKind};
 //!
 //! struct MyEcho;
 //! impl Echo for MyEcho {
-//!     fn echo(&self, req: Request<EchoRequest>) -> Result<EchoReply, Status> {
-//!         Ok(EchoReply { payload: req.into_inner().payload })
+//!     // Handlers are async by default and need no async runtime; rpc-codegen's
+//!     // `configure().sync_handlers(true)` generates blocking ones instead.
+//!     async fn echo(&self, req: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+//!         Ok(Response::new(EchoReply { payload: req.into_inner().payload }))
+//!     }
+//!
+//!     type EchoRepeatStream = BoxStream<'static, Result<EchoReply, Status>>;
+//!     async fn echo_repeat(
+//!         &self,
+//!         req: Request<EchoRepeatRequest>,
+//!     ) -> Result<Response<Self::EchoRepeatStream>, Status> {
+//!         let EchoRepeatRequest { payload, count, .. } = req.into_inner();
+//!         let copies = stream::iter(0..count)
+//!             .map(move |_| Ok(EchoReply { payload: payload.clone() }));
+//!         Ok(Response::new(copies.boxed()))
 //!     }
 //! }
 //!
@@ -40,8 +62,28 @@
 //!     .add_service(EchoServer::new(MyEcho))
 //!     .serve("127.0.0.1:50051", TransportKind::Auto)?;
 //! let client = EchoClient::connect("127.0.0.1:50051")?;
+//! // Blocking; `echo_async` returns a future for any executor.
 //! let reply = client.echo(EchoRequest { payload: b"hi".to_vec() })?;
+//! assert_eq!(reply.into_inner().payload, b"hi");
+//! // Server streaming: the responses as a blocking iterator (or `message().await`).
+//! let repeat = EchoRepeatRequest { payload: b"hi".to_vec(), count: 3, interval_ms: 0 };
+//! for copy in client.echo_repeat(repeat)?.into_inner().into_blocking_iter() {
+//!     assert_eq!(copy?.payload, b"hi");
+//! }
 //! ```
+//!
+//! ## Where things are
+//!
+//! - Serving: [`Server::builder`] ([`ServerBuilder`]: services, [`Execution`], worker pool,
+//!   [`ServerBuilder::thread_context`] for an async runtime's context, the gRPC face,
+//!   interceptor, standard services). Calling: [`Client::builder`] ([`ClientBuilder`]) and the
+//!   generated clients: [`ResponseFuture`] for async unary calls, [`StreamingCall`] for
+//!   bidirectional ones, [`Streaming`] for received message streams.
+//! - A call's parts: [`Request`], [`Response`] (headers and trailers), [`MetadataMap`],
+//!   [`Status`] (code, message, details, metadata).
+//! - [`Interceptor`]: client and server interceptors. [`standard`]: gRPC health checking and
+//!   server reflection, offered by every server unless turned off. [`codegen`]: what
+//!   generated code uses.
 //!
 //! `docs/PROTOCOL.md` specifies the wire format; `docs/ARCHITECTURE.md` the layers.
 
