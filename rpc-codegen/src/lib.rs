@@ -41,7 +41,9 @@
 //! ```no_run
 //! fn main() -> std::io::Result<()> {
 //!     rpc_codegen::configure()
-//!         .build_server(false)
+//!         .build_client(false)
+//!         // Blocking handlers, for the lowest latency (see `Builder::sync_handlers`).
+//!         .sync_handlers(true)
 //!         .prost_config(|config| {
 //!             config.bytes(["."]);
 //!         })
@@ -60,14 +62,24 @@
 //! Next to the messages, `service Calculator` gives:
 //!
 //! * `calculator_client::CalculatorClient`: `new(rpc_core::Client)`, `connect(addr)`, and per
-//!   unary method `add(req) -> Result<Resp, Status>` (blocking) and `add_async(req)` (a future).
-//! * `calculator_server::Calculator`: the trait with one handler per unary method, and
-//!   `calculator_server::CalculatorServer<T>`, the `rpc_core::codegen::Service` to hand to the
-//!   server builder. `calculator_server::SERVICE` is the static service descriptor.
+//!   method a blocking function and an `_async` one, whatever the method's kind. Unary `add`:
+//!   `add(req) -> Result<Response<AddReply>, Status>` and `add_async(req)`, a
+//!   `ResponseFuture`. Server streaming: `Response<Streaming<Resp>>` from both. Client
+//!   streaming: `sum(requests)` takes anything iterable, `sum_async` a `Stream`. Bidirectional:
+//!   `running_total(())` returns a `StreamingCall` (send, close, receive), `running_total_async`
+//!   takes a `Stream` and returns `Response<Streaming<Resp>>`.
+//! * `calculator_server::Calculator`: the trait with one handler per method, tonic's shapes:
+//!   `async fn add(&self, Request<AddRequest>) -> Result<Response<AddReply>, Status>`, a
+//!   `Request<Streaming<Req>>` for streamed requests, and for streamed responses an associated
+//!   type (`type RunningTotalStream: Stream<Item = Result<SumReply, Status>> + Send + 'static`).
+//!   With [`Builder::sync_handlers`] the handlers are plain functions and response streams
+//!   `IntoIterator`s. `calculator_server::CalculatorServer<T>` is the
+//!   `rpc_core::codegen::Service` to hand to the server builder; `calculator_server::SERVICE`
+//!   is the static service descriptor and `calculator_server::FILE_DESCRIPTOR_SET` the encoded
+//!   descriptors of the service's `.proto` file and its imports (for server reflection).
 //!
-//! Streaming methods (all three kinds) get a client function that returns `UNIMPLEMENTED`; they
-//! are not in the trait, and the server answers them with `UNIMPLEMENTED`. Every method, of
-//! any kind, keeps its index and `MethodDescriptor`.
+//! Every method keeps its index and `MethodDescriptor`; `docs/ARCHITECTURE.md` shows the
+//! generated code.
 //!
 //! The naming rules (tonic's) and how collisions between generated names are resolved are in
 //! [`model`]. Generated code only uses fully qualified paths, so messages named `Result`,
