@@ -113,9 +113,11 @@ impl ServerBuilder {
         self
     }
 
-    /// Wraps each of the server's threads (workers, poller): `context` gets the thread's
-    /// loop and must run it, typically inside an async runtime's context, so that handlers
-    /// can use that runtime's timers and sockets wherever they are polled. With tokio:
+    /// Wraps each of the server's threads (workers, poller, and over TCP the I/O thread,
+    /// where `Execution::Inline` handlers run; not the gRPC face's, which run inside its
+    /// tokio runtime): `context` gets the thread's loop and must run it, typically inside an
+    /// async runtime's context, so that handlers can use that runtime's timers and sockets
+    /// wherever they are polled. With tokio:
     ///
     /// ```ignore
     /// let handle = tokio::runtime::Handle::current();
@@ -132,10 +134,10 @@ impl ServerBuilder {
         self
     }
 
-    /// Also serves the services as standard gRPC (HTTP/2, plaintext) on `addr`, for stock
-    /// gRPC clients and tools: the same handlers, metadata, statuses, deadlines
-    /// (`grpc-timeout`) and cancellation. [`Server::grpc_local_addr`] gives the bound
-    /// address.
+    /// Also serves the services as standard gRPC (HTTP/2; plaintext unless
+    /// [`ServerBuilder::grpc_tls`]) on `addr`, for stock gRPC clients and tools: the same
+    /// handlers, metadata, statuses, deadlines (`grpc-timeout`) and cancellation.
+    /// [`Server::grpc_local_addr`] gives the bound address.
     pub fn grpc_listen(mut self, addr: &str) -> Self {
         self.grpc_listen = Some(addr.to_string());
         self
