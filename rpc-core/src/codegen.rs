@@ -211,8 +211,9 @@ fn stream_failed(reply: ReplySink, sender: &StreamSender, status: Status) {
 
 // ----- async handlers ------------------------------------------------------------------
 
-/// Runs `future` as a task: its first poll here and now, later ones on the worker pool when
-/// woken; cancelling the call drops it.
+/// Runs `future` as a task: its first poll here and now (where `Service::call` runs: a
+/// worker, or the receiving thread for `Execution::Inline`), later ones on the worker pool
+/// when woken; cancelling the call drops it.
 fn spawn<Fut>(reply: ReplySink, future: impl FnOnce(ReplySink) -> Fut)
 where
     Fut: Future<Output = ()> + Send + 'static,
@@ -227,8 +228,8 @@ where
 }
 
 /// A unary call with an async handler. The handler's future runs as a task (one allocation):
-/// polled first on the thread that received the call, then wherever it is woken from, on
-/// the worker pool. Dropped unfinished if the client cancels the call.
+/// polled first where `Service::call` runs (a worker, or the receiving thread for
+/// `Execution::Inline`), then on the worker pool each time it is woken. Dropped unfinished if the client cancels the call.
 pub fn unary_async<Req, Resp, F, Fut>(request: IncomingRequest, reply: ReplySink, handler: F)
 where
     Req: prost::Message + Default,

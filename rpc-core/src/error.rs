@@ -76,3 +76,11 @@ pub enum Error {
         reason: String,
     },
 }
+
+impl From<Error> for crate::Status {
+    /// An error met while handling a call (say, metadata a handler could not set) ends the
+    /// call INTERNAL with the error's text, so handlers can use `?` on it.
+    fn from(err: Error) -> crate::Status {
+        crate::Status::internal(err.to_string())
+    }
+}

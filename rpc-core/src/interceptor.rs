@@ -25,8 +25,10 @@ use std::sync::Arc;
 
 use crate::{Request, Status};
 
-/// Sees (and may change or refuse) a call's metadata, deadline and peer: the request
-/// without its message. Closures `Fn(Request<()>) -> Result<Request<()>, Status>` are
+/// Sees a call's request without its message (metadata, timeout, and on a server the
+/// deadline and peer) and may refuse the call or change what goes on: the metadata and
+/// timeout of an outgoing call (client), the metadata the handler sees (server; the
+/// deadline a client set stays). Closures `Fn(Request<()>) -> Result<Request<()>, Status>` are
 /// interceptors. It runs on the calling thread (client) or the thread that received the
 /// request (server), so it must be quick and must not block.
 pub trait Interceptor: Send + Sync + 'static {

@@ -14,6 +14,7 @@
 //! server's health.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -49,6 +50,18 @@ use health::{HealthCheckRequest, HealthCheckResponse};
 /// The health service of a server with the services `names`.
 pub(crate) struct HealthService {
     names: HashSet<String>,
+    /// Becomes `true` when the server starts shutting down.
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Tells the standard services that the server is shutting down: health watches answer
+/// NOT_SERVING and end, so they do not hold the shutdown up.
+pub(crate) struct Stopping(tokio::sync::watch::Sender<bool>);
+
+impl Stopping {
+    pub(crate) fn announce(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 impl HealthService {
@@ -73,7 +86,7 @@ impl health::health_server::Health for HealthService {
         }
     }
 
-    type WatchStream = OnceThenOpen<Result<HealthCheckResponse, Status>>;
+    type WatchStream = WatchStream;
 
     async fn watch(
         &self,
@@ -82,24 +95,45 @@ impl health::health_server::Health for HealthService {
         let status = self
             .status_of(&request.get_ref().service)
             .unwrap_or(ServingStatus::ServiceUnknown);
-        // The statuses never change while the server runs: the one update, then the call
-        // stays open until the client ends it (or the server shuts down).
-        Ok(Response::new(OnceThenOpen(Some(Ok(HealthCheckResponse {
-            status: status as i32,
-        })))))
+        // The statuses change only when the server shuts down: the status now, then
+        // NOT_SERVING and the end when it does (or nothing until the client ends the call).
+        let mut stopping = self.stopping.clone();
+        Ok(Response::new(WatchStream {
+            now: Some(status),
+            stopped: Some(Box::pin(async move {
+                let _ = stopping.wait_for(|stopping| *stopping).await;
+            })),
+        }))
     }
 }
 
-/// A stream of one item that then never ends (until dropped).
-pub struct OnceThenOpen<T>(Option<T>);
+/// The answers of a health `Watch`: the status now, then NOT_SERVING once the server
+/// shuts down, then the end.
+pub struct WatchStream {
+    now: Option<ServingStatus>,
+    stopped: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
 
-impl<T: Unpin> futures_core::Stream for OnceThenOpen<T> {
-    type Item = T;
+impl futures_core::Stream for WatchStream {
+    type Item = Result<HealthCheckResponse, Status>;
 
-    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<T>> {
-        match self.get_mut().0.take() {
-            Some(item) => Poll::Ready(Some(item)),
-            None => Poll::Pending,
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let answer = |status: ServingStatus| {
+            Poll::Ready(Some(Ok(HealthCheckResponse {
+                status: status as i32,
+            })))
+        };
+        if let Some(status) = this.now.take() {
+            return answer(status);
+        }
+        match this.stopped.as_mut().map(|s| s.as_mut().poll(cx)) {
+            None => Poll::Ready(None),
+            Some(Poll::Pending) => Poll::Pending,
+            Some(Poll::Ready(())) => {
+                this.stopped = None;
+                answer(ServingStatus::NotServing)
+            }
         }
     }
 }
@@ -307,11 +341,14 @@ impl<Req: Message + Default, Resp> futures_core::Stream for Answers<Req, Resp> {
     }
 }
 
-/// The standard services for a server whose own services are `services`.
-pub(crate) fn services(services: &[Arc<dyn Service>]) -> Vec<Arc<dyn Service>> {
+/// The standard services for a server whose own services are `services`, and the handle
+/// that tells them of the server's shutdown.
+pub(crate) fn services(services: &[Arc<dyn Service>]) -> (Vec<Arc<dyn Service>>, Stopping) {
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let health: Arc<dyn Service> =
         Arc::new(health::health_server::HealthServer::new(HealthService {
             names: HashSet::new(),
+            stopping: stopping.clone(),
         }));
     let v1: Arc<dyn Service> = Arc::new(
         reflection_v1::server_reflection_server::ServerReflectionServer::new(ReflectionV1 {
@@ -330,9 +367,10 @@ pub(crate) fn services(services: &[Arc<dyn Service>]) -> Vec<Arc<dyn Service>> {
     all.extend([Arc::clone(&health), Arc::clone(&v1), Arc::clone(&v1alpha)]);
     let index = Arc::new(Index::new(&all));
     let names = index.services.iter().cloned().collect();
-    vec![
+    let standard: Vec<Arc<dyn Service>> = vec![
         Arc::new(health::health_server::HealthServer::new(HealthService {
             names,
+            stopping,
         })),
         Arc::new(
             reflection_v1::server_reflection_server::ServerReflectionServer::new(ReflectionV1 {
@@ -344,5 +382,6 @@ pub(crate) fn services(services: &[Arc<dyn Service>]) -> Vec<Arc<dyn Service>> {
                 ReflectionV1Alpha { index },
             ),
         ),
-    ]
+    ];
+    (standard, Stopping(stopping_tx))
 }

@@ -1,6 +1,6 @@
 //! [`Task`]: a future in one allocation, polled by one thread at a time, re-scheduled through
 //! a [`Schedule`] when woken. The runtime's async handlers run as tasks on its worker pool
-//! (or their first poll on the poller thread), so no async runtime is needed; a handler that
+//! (their first poll where the handler was called), so no async runtime is needed; a handler that
 //! finishes on its first poll costs exactly this one allocation.
 //!
 //! State machine (the loom models in `tests/loom.rs` check it): `SCHEDULED` (queued or

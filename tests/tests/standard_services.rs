@@ -142,3 +142,43 @@ fn reflection_over_grpc() {
 fn reflection_over_tcp() {
     reflection(TransportKind::Tcp);
 }
+
+/// A health watch open at shutdown is told NOT_SERVING and ends, instead of holding the
+/// graceful shutdown up for its whole grace period.
+fn watch_ends_at_shutdown(transport: TransportKind) {
+    let server = server();
+    let health = HealthClient::new(connect(&server, transport));
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .unwrap()
+        .into_inner();
+    let first = watch.blocking_message().unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    let t0 = std::time::Instant::now();
+    let stopper = std::thread::spawn(move || server.shutdown());
+    let next = watch.blocking_message().expect("the watch ends cleanly");
+    assert_eq!(
+        next.map(|n| n.status),
+        Some(ServingStatus::NotServing as i32)
+    );
+    assert_eq!(watch.blocking_message().unwrap(), None);
+    stopper.join().unwrap();
+    // The grace period is 5 s; the watch must not have used it up.
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn health_watch_ends_at_shutdown_over_grpc() {
+    watch_ends_at_shutdown(TransportKind::Grpc);
+}
+
+#[test]
+fn health_watch_ends_at_shutdown_over_tcp() {
+    watch_ends_at_shutdown(TransportKind::Tcp);
+}

@@ -237,10 +237,13 @@ impl ServerBuilder {
     /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool.
     pub fn serve(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
         self.ring.validate()?;
+        let mut stopping = None;
         if self.standard_services {
             let own: Vec<Arc<dyn Service>> =
                 self.services.iter().map(|(s, _)| Arc::clone(s)).collect();
-            for service in crate::standard::services(&own) {
+            let (standard, announce) = crate::standard::services(&own);
+            stopping = Some(announce);
+            for service in standard {
                 // A service of the user's own under a standard name wins.
                 let name = service.descriptor().name;
                 if !own.iter().any(|s| s.descriptor().name == name) {
@@ -311,6 +314,7 @@ impl ServerBuilder {
             local_addr,
             transport_name,
             grpc,
+            stopping,
         })
     }
 }
@@ -580,7 +584,9 @@ impl ReplySink {
     }
 
     /// Whether the client cancelled the call (or its connection was lost): a handler may
-    /// stop early. Known for streaming methods and for async handlers that await.
+    /// stop early. Known for streaming methods and for every call of the gRPC face; a unary
+    /// call over verbs or TCP learns of its cancellation differently: an async handler's
+    /// future is dropped.
     pub fn is_cancelled(&self) -> bool {
         self.stream.as_ref().is_some_and(|s| s.is_cancelled())
     }
@@ -669,6 +675,8 @@ pub struct Server {
     local_addr: String,
     transport_name: &'static str,
     grpc: Option<GrpcFace>,
+    /// Tells the standard services of a shutdown.
+    stopping: Option<crate::standard::Stopping>,
 }
 
 impl Server {
@@ -720,6 +728,9 @@ impl Server {
             return;
         };
         self.stop.store(true, Ordering::Release);
+        if let Some(stopping) = &self.stopping {
+            stopping.announce();
+        }
         let give_up = Instant::now() + grace;
         if let Some(grpc) = self.grpc.as_mut() {
             grpc.shutdown(grace);

@@ -43,6 +43,8 @@ pub(crate) struct FaceSettings {
 pub(crate) struct GrpcFace {
     local_addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Ends the connections still open after the grace period.
+    abort: Option<tokio::sync::oneshot::Sender<()>>,
     stopped: std::sync::mpsc::Receiver<()>,
     /// The face's own runtime, when it was given none.
     runtime: Option<tokio::runtime::Runtime>,
@@ -76,6 +78,7 @@ impl GrpcFace {
             tokio::net::TcpListener::from_std(listener)?
         };
         let (stop, stop_rx) = tokio::sync::oneshot::channel();
+        let (abort, abort_rx) = tokio::sync::oneshot::channel();
         let (stopped_tx, stopped) = std::sync::mpsc::channel();
         let face = Arc::new(Face {
             shared,
@@ -84,13 +87,14 @@ impl GrpcFace {
         let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
         let secure = tls.is_some();
         handle.spawn(async move {
-            accept_loop(listener, face, tls, stop_rx).await;
+            accept_loop(listener, face, tls, stop_rx, abort_rx).await;
             let _ = stopped_tx.send(());
         });
         tracing::info!(addr = %local_addr, tls = secure, "serving gRPC (HTTP/2)");
         Ok(GrpcFace {
             local_addr,
             stop: Some(stop),
+            abort: Some(abort),
             stopped,
             runtime,
         })
@@ -105,7 +109,14 @@ impl GrpcFace {
     pub(crate) fn shutdown(&mut self, grace: Duration) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
-            let _ = self.stopped.recv_timeout(grace);
+            if self.stopped.recv_timeout(grace).is_err() {
+                // Calls outlived the grace period: their connections are dropped (on a
+                // runtime of the user's too, which goes on running).
+                if let Some(abort) = self.abort.take() {
+                    let _ = abort.send(());
+                }
+                let _ = self.stopped.recv_timeout(Duration::from_secs(1));
+            }
         }
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
@@ -136,7 +147,11 @@ async fn accept_loop(
     face: Arc<Face>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
+    abort: tokio::sync::oneshot::Receiver<()>,
 ) {
+    // The connections' tasks, aborted if they outlive the grace period; finished ones are
+    // reaped at each accept, so the set holds only live connections.
+    let mut connections = tokio::task::JoinSet::new();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     // Pings keep idle connections through middleboxes and find dead peers.
@@ -168,6 +183,7 @@ async fn accept_loop(
             },
             _ = &mut stop => break,
         };
+        while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
         let peer: Arc<str> = peer.to_string().into();
         let face = Arc::clone(&face);
@@ -179,7 +195,7 @@ async fn accept_loop(
             None => {
                 let connection =
                     graceful.watch(http2.serve_connection(TokioIo::new(stream), service));
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     if let Err(e) = connection.await {
                         tracing::debug!(error = %e, "gRPC face: connection ended");
                     }
@@ -190,7 +206,7 @@ async fn accept_loop(
                 // only itself; it must finish within the limit.
                 let (acceptor, http2, watcher) =
                     (acceptor.clone(), http2.clone(), graceful.watcher());
-                tokio::spawn(async move {
+                connections.spawn(async move {
                     let handshake =
                         tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
                     let stream = match handshake {
@@ -214,7 +230,10 @@ async fn accept_loop(
         }
     }
     drop(listener);
-    graceful.shutdown().await;
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = abort => connections.abort_all(),
+    }
 }
 
 /// Serves one HTTP/2 request as a call.
@@ -372,7 +391,7 @@ async fn read_one(
             deframer.push(data);
             while let Some(m) = deframer.next_message()? {
                 if message.replace(m).is_some() {
-                    return Err(Status::unimplemented(
+                    return Err(Status::internal(
                         "more than one request message for a method that takes one",
                     ));
                 }
@@ -383,7 +402,7 @@ async fn read_one(
                 "the request stream ended inside a message",
             ));
         }
-        message.ok_or_else(|| Status::unimplemented("the request stream ended without a message"))
+        message.ok_or_else(|| Status::internal("the request stream ended without a message"))
     };
     match deadline {
         Some(d) => tokio::time::timeout_at(d.into(), read)
