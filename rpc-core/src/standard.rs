@@ -4,7 +4,7 @@
 //!
 //! - gRPC health checking (`grpc.health.v1.Health`): `Check` answers SERVING for the server
 //!   (`""`) and for each of its services, NOT_FOUND for others; `Watch` sends the status and
-//!   stays open.
+//!   stays open until the server shuts down, then sends NOT_SERVING and ends.
 //! - gRPC server reflection (`grpc.reflection.v1.ServerReflection`, and `v1alpha` for older
 //!   tools): the list of services and the descriptors of their `.proto` files (which
 //!   `rpc-codegen` embeds in the generated code), so tools such as grpcurl list, describe
