@@ -26,8 +26,9 @@
 //!
 //! # Using the generated code
 //!
-//! `build.rs` runs `rpc_codegen::compile_protos` on `proto/calculator.proto` and
-//! `proto/echo.proto`; [`calc`] and [`echo`] include the result: the prost messages plus, for
+//! `build.rs` runs `rpc_codegen::compile_protos` on `proto/calculator.proto`,
+//! `proto/echo.proto` and `proto/grpc/testing/test.proto`; [`calc`], [`echo`] and
+//! [`grpc_testing`] include the result: the prost messages plus, for
 //! each service, a `<service>_client` module with the blocking and async client and a
 //! `<service>_server` module with the trait to implement and the server wrapper.
 //!
@@ -69,6 +70,14 @@ pub mod calc {
 /// The `echo` protobuf package: `echo.Echo` and its messages (`proto/echo.proto`).
 pub mod echo {
     rpc_core::include_proto!("echo");
+}
+
+/// gRPC's interop test contract, the `grpc.testing` protobuf package
+/// (`proto/grpc/testing/test.proto`): `TestService`, `UnimplementedService` and their
+/// messages, exactly as the gRPC project defines them.
+#[allow(missing_docs)] // prost-build: messages and fields without `.proto` comments
+pub mod grpc_testing {
+    rpc_core::include_proto!("grpc.testing");
 }
 
 /// The per-call timeout the demo clients set: a call to a server that stopped answering fails
