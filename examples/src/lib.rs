@@ -1,5 +1,6 @@
-//! Demos of `rpc-core`: two services defined in `proto/`, their implementations, and four
-//! binaries that serve and call them over RDMA verbs or TCP.
+//! Demos of `rpc-core`: two services defined in `proto/`, their implementations, gRPC's
+//! interop test service and cases ([`interop`]), and four binaries that serve and call them
+//! over RDMA verbs or TCP.
 //!
 //! | binary              | what it does                                                        |
 //! |---------------------|---------------------------------------------------------------------|
@@ -59,6 +60,7 @@ use std::time::Duration;
 
 pub mod cli;
 pub mod expr;
+pub mod interop;
 pub mod services;
 pub mod stats;
 
