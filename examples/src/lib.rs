@@ -1,6 +1,5 @@
 //! Demos of `rpc-core`: two services defined in `proto/`, their implementations, gRPC's
-//! interop test service and cases ([`interop`]), and four binaries that serve and call them
-//! over RDMA verbs or TCP.
+//! interop test service, and six binaries that serve and call them over RDMA verbs or TCP.
 //!
 //! | binary              | what it does                                                        |
 //! |---------------------|---------------------------------------------------------------------|
@@ -8,6 +7,8 @@
 //! | `calculator-client` | runs a scripted set of calls, checks every outcome, exits 1 on a mismatch |
 //! | `echo-server`       | serves `echo.Echo`, answering on the poller thread                  |
 //! | `echo-client`       | measures round-trip latency percentiles and calls/s for a payload size |
+//! | `interop-server`    | serves `grpc.testing.TestService`, gRPC's interop test server ([`interop`]) |
+//! | `interop-client`    | runs gRPC's 14 interop test cases, `case NAME: PASS` or `FAIL reason` each |
 //!
 //! # Quick start
 //!
@@ -19,6 +20,9 @@
 //! target/release/echo-server --listen 127.0.0.1:50052 --transport tcp &
 //! target/release/echo-client --connect 127.0.0.1:50052 --transport tcp \
 //!     --size 64 --count 20000 --concurrency 8
+//!
+//! target/release/interop-server --port 50053 &      # prints `listening on 0.0.0.0:50053`
+//! target/release/interop-client --server_port 50053 --test_case all
 //! ```
 //!
 //! `--transport auto` (the default) uses RDMA verbs when a usable device is present and TCP
