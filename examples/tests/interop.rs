@@ -241,6 +241,131 @@ fn every_case_fails_against_a_broken_server() {
     server.shutdown();
 }
 
+/// The interop server with one flaw: on UnaryCall (`unary`) or on FullDuplexCall (`!unary`)
+/// it drops the echoed trailers (and the headers too on FullDuplexCall) and rewrites the
+/// requested status's message: the metadata and status checks of each call must notice.
+struct Forgetful {
+    inner: TestServiceImpl,
+    unary: bool,
+}
+
+fn reworded(status: Status) -> Status {
+    Status::new(status.code(), "something else")
+}
+
+impl TestService for Forgetful {
+    async fn empty_call(&self, request: Request<Empty>) -> Result<Response<Empty>, Status> {
+        self.inner.empty_call(request).await
+    }
+
+    async fn unary_call(
+        &self,
+        request: Request<SimpleRequest>,
+    ) -> Result<Response<SimpleResponse>, Status> {
+        let response = self.inner.unary_call(request).await;
+        if !self.unary {
+            return response;
+        }
+        match response {
+            Ok(response) => {
+                let (headers, message, _trailers) = response.into_parts();
+                Ok(Response::from_parts(headers, message, Default::default()))
+            }
+            Err(status) => Err(reworded(status)),
+        }
+    }
+
+    async fn cacheable_unary_call(
+        &self,
+        request: Request<SimpleRequest>,
+    ) -> Result<Response<SimpleResponse>, Status> {
+        self.inner.cacheable_unary_call(request).await
+    }
+
+    type StreamingOutputCallStream = Responses;
+
+    async fn streaming_output_call(
+        &self,
+        request: Request<StreamingOutputCallRequest>,
+    ) -> Result<Response<Responses>, Status> {
+        self.inner.streaming_output_call(request).await
+    }
+
+    async fn streaming_input_call(
+        &self,
+        request: Request<Streaming<StreamingInputCallRequest>>,
+    ) -> Result<Response<StreamingInputCallResponse>, Status> {
+        self.inner.streaming_input_call(request).await
+    }
+
+    type FullDuplexCallStream = Responses;
+
+    async fn full_duplex_call(
+        &self,
+        request: Request<Streaming<StreamingOutputCallRequest>>,
+    ) -> Result<Response<Responses>, Status> {
+        let response = self.inner.full_duplex_call(request).await?;
+        if self.unary {
+            return Ok(response);
+        }
+        let responses = response.into_inner().map(|r| r.map_err(reworded));
+        Ok(Response::new(responses.boxed()))
+    }
+
+    type HalfDuplexCallStream = Responses;
+
+    async fn half_duplex_call(
+        &self,
+        request: Request<Streaming<StreamingOutputCallRequest>>,
+    ) -> Result<Response<Responses>, Status> {
+        self.inner.half_duplex_call(request).await
+    }
+
+    async fn unimplemented_call(&self, request: Request<Empty>) -> Result<Response<Empty>, Status> {
+        TestService::unimplemented_call(&self.inner, request).await
+    }
+}
+
+#[test]
+fn metadata_and_status_checks_notice_what_is_missing() {
+    for unary in [true, false] {
+        let server = rpc_core::Server::builder()
+            .add_service(TestServiceServer::new(Forgetful {
+                inner: TestServiceImpl::new(),
+                unary,
+            }))
+            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .expect("starting the forgetful server");
+        let client = InteropClient::new(tcp_client(server.local_addr()));
+        let verdicts: Vec<String> = [
+            Case::StatusCodeAndMessage,
+            Case::SpecialStatusMessage,
+            Case::CustomMetadata,
+            Case::PingPong,
+        ]
+        .into_iter()
+        .map(|case| result_line(case, &client.run(case, CASE_TIMEOUT)))
+        .collect();
+        let want = if unary {
+            [
+                "case status_code_and_message: FAIL UnaryCall: want UNKNOWN \"test status message\", got UNKNOWN \"something else\"",
+                "case special_status_message: FAIL UnaryCall: want UNKNOWN \"\\t\\ntest with whitespace\\r\\nand Unicode BMP ☺ and non-BMP 😈\\t\\n\", got UNKNOWN \"something else\"",
+                "case custom_metadata: FAIL UnaryCall: the trailers lack x-grpc-test-echo-trailing-bin: [ab, ab, ab] (have {})",
+                "case ping_pong: PASS",
+            ]
+        } else {
+            [
+                "case status_code_and_message: FAIL FullDuplexCall: want UNKNOWN \"test status message\", got UNKNOWN \"something else\"",
+                "case special_status_message: PASS",
+                "case custom_metadata: FAIL FullDuplexCall: the response headers lack x-grpc-test-echo-initial: test_initial_metadata_value (have {})",
+                "case ping_pong: PASS",
+            ]
+        };
+        assert_eq!(verdicts, want);
+        server.shutdown();
+    }
+}
+
 /// An `interop-server` process, killed when dropped.
 struct ServerProcess {
     child: Child,
