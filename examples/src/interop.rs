@@ -25,10 +25,11 @@
 //! # }
 //! ```
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::executor::block_on;
@@ -84,11 +85,19 @@ pub const MAX_HALF_DUPLEX_REQUESTS: usize = 10_000;
 /// `UnimplementedService` is deliberately not implemented here: a server that does not
 /// register it answers its calls UNIMPLEMENTED, as the `unimplemented_service` case wants.
 ///
-/// Clones share the count of [`TestServiceImpl::calls_in_progress`].
+/// The first call from each connection (each peer address) is logged at `info`, "calls from
+/// a new connection" (`scripts/interop` counts them: the client's cases must share one
+/// connection), and [`TestServiceImpl::connections_seen`] counts them. Clones share these
+/// counts and [`TestServiceImpl::calls_in_progress`].
 #[derive(Debug, Clone, Default)]
 pub struct TestServiceImpl {
     in_progress: Arc<AtomicUsize>,
+    peers: Arc<Mutex<HashSet<String>>>,
 }
+
+/// How many peer addresses [`TestServiceImpl`] remembers; calls from further ones are
+/// neither logged nor counted as new.
+pub const MAX_PEERS_REMEMBERED: usize = 4096;
 
 impl TestServiceImpl {
     /// A new service.
@@ -103,7 +112,25 @@ impl TestServiceImpl {
         self.in_progress.load(Ordering::SeqCst)
     }
 
-    fn enter(&self) -> InProgress {
+    /// The connections (peer addresses) calls came from, up to [`MAX_PEERS_REMEMBERED`].
+    pub fn connections_seen(&self) -> usize {
+        self.peers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Counts a call from `peer` until the guard is dropped; logs a new peer.
+    fn enter(&self, peer: Option<&str>) -> InProgress {
+        if let Some(peer) = peer {
+            let new = {
+                let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+                peers.len() < MAX_PEERS_REMEMBERED && peers.insert(peer.to_owned())
+            };
+            if new {
+                tracing::info!(peer, "calls from a new connection");
+            }
+        }
         self.in_progress.fetch_add(1, Ordering::SeqCst);
         InProgress(Arc::clone(&self.in_progress))
     }
@@ -290,8 +317,8 @@ fn answer(request: StreamingOutputCallRequest, echo: &Echo) -> ResponseStream {
 }
 
 impl TestService for TestServiceImpl {
-    async fn empty_call(&self, _request: Request<Empty>) -> Result<Response<Empty>, Status> {
-        let _call = self.enter();
+    async fn empty_call(&self, request: Request<Empty>) -> Result<Response<Empty>, Status> {
+        let _call = self.enter(request.peer());
         Ok(Response::new(Empty {}))
     }
 
@@ -299,7 +326,7 @@ impl TestService for TestServiceImpl {
         &self,
         request: Request<SimpleRequest>,
     ) -> Result<Response<SimpleResponse>, Status> {
-        let _call = self.enter();
+        let _call = self.enter(request.peer());
         let echo = Echo::of(request.metadata());
         let request = request.into_inner();
         tracing::debug!(
@@ -328,7 +355,7 @@ impl TestService for TestServiceImpl {
         &self,
         request: Request<SimpleRequest>,
     ) -> Result<Response<SimpleResponse>, Status> {
-        let _call = self.enter();
+        let _call = self.enter(request.peer());
         let echo = Echo::of(request.metadata());
         let request = request.into_inner();
         check_response_type(request.response_type).map_err(|s| echo.status(s))?;
@@ -358,7 +385,7 @@ impl TestService for TestServiceImpl {
         &self,
         request: Request<StreamingOutputCallRequest>,
     ) -> Result<Response<Self::StreamingOutputCallStream>, Status> {
-        let call = self.enter();
+        let call = self.enter(request.peer());
         let echo = Echo::of(request.metadata());
         let request = request.into_inner();
         check_response_type(request.response_type)
@@ -376,7 +403,7 @@ impl TestService for TestServiceImpl {
         &self,
         request: Request<Streaming<StreamingInputCallRequest>>,
     ) -> Result<Response<StreamingInputCallResponse>, Status> {
-        let _call = self.enter();
+        let _call = self.enter(request.peer());
         let mut requests = request.into_inner();
         let mut total: i32 = 0;
         let mut count = 0u64;
@@ -403,7 +430,7 @@ impl TestService for TestServiceImpl {
         &self,
         request: Request<Streaming<StreamingOutputCallRequest>>,
     ) -> Result<Response<Self::FullDuplexCallStream>, Status> {
-        let call = self.enter();
+        let call = self.enter(request.peer());
         let echo = Echo::of(request.metadata());
         let requests = request.into_inner();
         let each = echo.clone();
@@ -422,7 +449,7 @@ impl TestService for TestServiceImpl {
         &self,
         request: Request<Streaming<StreamingOutputCallRequest>>,
     ) -> Result<Response<Self::HalfDuplexCallStream>, Status> {
-        let call = self.enter();
+        let call = self.enter(request.peer());
         let echo = Echo::of(request.metadata());
         let mut requests = request.into_inner();
         let each = echo.clone();
@@ -452,10 +479,8 @@ impl TestService for TestServiceImpl {
         Ok(echo.apply(Response::new(guarded(call, responses))))
     }
 
-    async fn unimplemented_call(
-        &self,
-        _request: Request<Empty>,
-    ) -> Result<Response<Empty>, Status> {
+    async fn unimplemented_call(&self, request: Request<Empty>) -> Result<Response<Empty>, Status> {
+        let _call = self.enter(request.peer());
         Err(Status::unimplemented(
             "grpc.testing.TestService/UnimplementedCall is left unimplemented on purpose",
         ))

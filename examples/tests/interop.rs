@@ -61,6 +61,9 @@ fn every_case_passes_over_tcp() {
         );
     }
     assert!(failures.is_empty(), "failed:\n{}", failures.join("\n"));
+    // All over one connection: no cancel or timeout broke it (the client would have
+    // reconnected without a word).
+    assert_eq!(service.connections_seen(), 1);
 
     // The runner, with its watchdog, says the same.
     let mut lines = Vec::new();
@@ -92,6 +95,7 @@ fn cancels_reach_the_server() {
             assert_eq!(wait_idle(&service), 0, "after {case}, run {i}");
         }
     }
+    assert_eq!(service.connections_seen(), 1);
     server.shutdown();
 }
 
