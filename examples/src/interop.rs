@@ -508,8 +508,13 @@ pub enum Case {
     /// DEADLINE_EXCEEDED, then the connection still serves an EmptyCall.
     TimeoutOnSleepingServer,
     /// StreamingInputCall cancelled before any request was sent, then an EmptyCall.
+    ///
+    /// rpc-core cancels a call when its future or handle is dropped, which leaves nothing to
+    /// read the CANCELLED status from: the case checks the call was open and unanswered when
+    /// dropped, and that the connection serves the EmptyCall afterwards.
     CancelAfterBegin,
-    /// FullDuplexCall cancelled after its first response, then an EmptyCall.
+    /// FullDuplexCall cancelled (dropped) after its first response, then an EmptyCall; as for
+    /// `cancel_after_begin`, the CANCELLED status itself cannot be read.
     CancelAfterFirstResponse,
     /// UnaryCall and FullDuplexCall asked to end with code 2 and "test status message".
     StatusCodeAndMessage,
@@ -867,7 +872,9 @@ impl CaseRun<'_> {
         Ok(Request::new(message).with_timeout(self.left()?))
     }
 
-    /// After a cancel or a timeout: the connection still serves an EmptyCall.
+    /// After a cancel or a timeout: the connection still serves an EmptyCall. (rpc-core's
+    /// client would reconnect without a word had the connection been lost; the server's
+    /// [`TestServiceImpl::connections_seen`] tells.)
     fn connection_still_works(&self, after: &str) -> Verdict {
         self.test
             .empty_call(self.request(Empty {})?)

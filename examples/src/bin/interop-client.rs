@@ -11,7 +11,9 @@
 //! 10 s) that every one of its calls gets what is left of, and runs under a watchdog, so a
 //! server that does not answer fails the case and the run goes on. After
 //! `timeout_on_sleeping_server`, `cancel_after_begin` and `cancel_after_first_response`, an
-//! EmptyCall on the same connection must succeed too.
+//! EmptyCall on the same client must succeed too. (Whether it went over the same connection
+//! is not visible here: rpc-core's client reconnects without a word. `interop-server` logs
+//! each connection's first call, and `scripts/interop` fails unless there was one.)
 //!
 //! Output, as the Python and Node clients of `interop/` print it: one line per case, `case
 //! NAME: PASS` or `case NAME: FAIL reason`, then `summary: N passed, M failed`. Exit status
