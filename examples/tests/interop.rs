@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, BoxStream, StreamExt};
 use rpc_core::{Request, Response, Status, Streaming, TransportKind};
+use rpc_examples::grpc_testing::test_service_client::TestServiceClient;
 use rpc_examples::grpc_testing::test_service_server::{TestService, TestServiceServer};
 use rpc_examples::grpc_testing::unimplemented_service_server::{
     UnimplementedService, UnimplementedServiceServer,
 };
 use rpc_examples::grpc_testing::{
-    Empty, Payload, SimpleRequest, SimpleResponse, StreamingInputCallRequest,
+    Empty, Payload, ResponseParameters, SimpleRequest, SimpleResponse, StreamingInputCallRequest,
     StreamingInputCallResponse, StreamingOutputCallRequest, StreamingOutputCallResponse,
 };
 use rpc_examples::interop::{result_line, run_cases, Case, InteropClient, TestServiceImpl};
@@ -368,6 +369,60 @@ fn metadata_and_status_checks_notice_what_is_missing() {
         assert_eq!(verdicts, want);
         server.shutdown();
     }
+}
+
+/// The two methods no case calls: HalfDuplexCall answers only after the requests end, in
+/// order; CacheableUnaryCall answers a timestamp with a cache-control header.
+#[test]
+fn half_duplex_and_cacheable_calls() {
+    let server = rpc_core::Server::builder()
+        .add_service(TestServiceServer::new(TestServiceImpl::new()))
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .expect("starting the interop server");
+    let test = TestServiceClient::new(tcp_client(server.local_addr()));
+    let request = |sizes: &[i32]| StreamingOutputCallRequest {
+        response_parameters: sizes
+            .iter()
+            .map(|&size| ResponseParameters {
+                size,
+                ..ResponseParameters::default()
+            })
+            .collect(),
+        ..StreamingOutputCallRequest::default()
+    };
+    let mut call = test
+        .half_duplex_call(Request::new(()).with_timeout(CASE_TIMEOUT))
+        .expect("HalfDuplexCall opens");
+    call.send(&request(&[3, 1])).expect("send");
+    call.send(&request(&[])).expect("send");
+    call.send(&request(&[2])).expect("send");
+    // Nothing comes before the requests end (the server waits for the half-close).
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        futures::FutureExt::now_or_never(call.message()).is_none(),
+        "HalfDuplexCall answered before the requests ended"
+    );
+    call.close_send();
+    let mut sizes = Vec::new();
+    while let Some(response) = call.recv().expect("no error") {
+        sizes.push(response.payload.map_or(0, |p| p.body.len()));
+    }
+    assert_eq!(sizes, [3, 1, 2]);
+
+    let response = test
+        .cacheable_unary_call(SimpleRequest::default())
+        .expect("CacheableUnaryCall");
+    assert_eq!(
+        response.metadata().get("cache-control"),
+        Some("max-age=60, public")
+    );
+    let body = &response.get_ref().payload.as_ref().expect("a payload").body;
+    let nanos: u128 = std::str::from_utf8(body)
+        .expect("text")
+        .parse()
+        .expect("a number");
+    assert!(nanos > 1_600_000_000 * 1_000_000_000, "{nanos}");
+    server.shutdown();
 }
 
 /// An `interop-server` process, killed when dropped.
