@@ -5,10 +5,12 @@
 #   make build              cargo build --workspace
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
-#   make test               fmt check, clippy, cargo test, loom models, then the verbs suite in the VM
-#                           (one host, then two hosts)
-#   make test-verbs         the verbs tests inside scripts/softroce-vm (one guest)
-#   make test-verbs-2hosts  two-host verbs tests + the examples across two guests
+#   make test               fmt check, clippy, cargo test, loom models, gRPC's interop cases over
+#                           TCP, then the verbs suite in the VM (one host, then two hosts)
+#   make interop-tcp        gRPC's interop cases (interop-client against interop-server) over TCP
+#   make test-verbs         the verbs tests + the interop cases inside scripts/softroce-vm (one guest)
+#   make test-verbs-2hosts  two-host verbs tests + the examples and the interop cases across two
+#                           guests
 #   make test-verbs-native  the verbs tests on this machine (real RDMA NIC or rdma_rxe loaded)
 #   make bench              the benchmarks of BENCHMARKS.md (host TCP, callgrind, criterion, then
 #                           verbs in the VM); not part of make test
@@ -43,8 +45,8 @@ export ECHO_SIZE ECHO_CONCURRENCY
 
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
-.PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom \
-	test-verbs test-verbs-2hosts test-verbs-native test-list bench fuzz
+.PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom interop-tcp \
+	bins test-verbs test-verbs-2hosts test-verbs-native test-list bench fuzz
 
 setup:
 	scripts/setup
@@ -69,7 +71,7 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check clippy unit-test loom test-verbs test-verbs-2hosts
+test: setup fmt-check clippy unit-test loom interop-tcp test-verbs test-verbs-2hosts
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -85,6 +87,15 @@ unit-test:
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom $(CARGO) test -p rpc-sync --release --test loom
 
+# The workspace's binaries (debug), which the interop runs and the two-host demo use.
+bins:
+	$(CARGO) build --workspace --bins $(FEATURES)
+
+# gRPC's interop cases over TCP on this machine: interop-server on a free port of 127.0.0.1,
+# interop-client with every case against it (scripts/interop).
+interop-tcp: bins
+	scripts/interop --transport tcp --addr 127.0.0.1 --bin $(TARGET_DIR)/debug
+
 # The test executables, built on the host; one line per binary: target, package dir, path.
 test-list:
 	mkdir -p $(TARGET_DIR)
@@ -92,11 +103,10 @@ test-list:
 	mv $(TEST_LIST).tmp $(TEST_LIST)
 	@echo "==> $$(wc -l < $(TEST_LIST)) test executables listed in $(TEST_LIST)"
 
-test-verbs: setup test-list
-	$(VM) --timeout $(VM_TIMEOUT) -- scripts/verbs-tests $(TEST_LIST)
+test-verbs: setup test-list bins
+	$(VM) --timeout $(VM_TIMEOUT) -- scripts/verbs-tests --interop $(TARGET_DIR)/debug $(TEST_LIST)
 
-test-verbs-2hosts: setup test-list
-	$(CARGO) build --workspace --bins $(FEATURES)
+test-verbs-2hosts: setup test-list bins
 	sync=$$(mktemp -d "$${TMPDIR:-/tmp}/rpc-2hosts.XXXXXX"); \
 	trap 'rm -rf "$$sync"' EXIT; \
 	$(VM) --hosts --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY \
@@ -106,8 +116,8 @@ test-verbs-2hosts: setup test-list
 # Without the VM: on a machine with an RDMA NIC, or one that can run
 #   sudo modprobe rdma_rxe && sudo rdma link add rxe0 type rxe netdev eth0
 # (`ulimit -l` must allow registering memory: unlimited is simplest).
-test-verbs-native: test-list
-	RPC_TEST_VERBS_ADDR=$(VERBS_ADDR) scripts/verbs-tests $(TEST_LIST)
+test-verbs-native: test-list bins
+	RPC_TEST_VERBS_ADDR=$(VERBS_ADDR) scripts/verbs-tests --interop $(TARGET_DIR)/debug $(TEST_LIST)
 
 # The benchmarks (BENCHMARKS.md), about 5 minutes after the build: TCP on this machine (ours,
 # a raw TCP ping-pong, tonic), idle CPU, instructions per call (callgrind), criterion

@@ -17,6 +17,9 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
+
+use crate::interop::Case;
 
 /// The transport named by `--transport`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,6 +70,45 @@ impl From<Transport> for rpc_core::TransportKind {
             Transport::Tcp => rpc_core::TransportKind::Tcp,
             Transport::Verbs => rpc_core::TransportKind::Verbs,
         }
+    }
+}
+
+/// The transport named by `interop-client --transport`: one of this framework's, or gRPC
+/// (HTTP/2), which talks to stock gRPC servers through the framework's gRPC face.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InteropTransport {
+    /// This framework's own protocol, over TCP or RDMA verbs.
+    Rpc(Transport),
+    /// Standard gRPC over HTTP/2.
+    Grpc,
+}
+
+impl InteropTransport {
+    /// The name as written on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            InteropTransport::Rpc(t) => t.name(),
+            InteropTransport::Grpc => "grpc",
+        }
+    }
+}
+
+impl fmt::Display for InteropTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for InteropTransport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<InteropTransport, String> {
+        if s.eq_ignore_ascii_case("grpc") {
+            return Ok(InteropTransport::Grpc);
+        }
+        s.parse()
+            .map(InteropTransport::Rpc)
+            .map_err(|_| "expected tcp, verbs, auto or grpc".to_owned())
     }
 }
 
@@ -224,6 +266,267 @@ impl EchoClientArgs {
     }
 }
 
+/// The options of `interop-server`: where to listen (`--listen ADDR:PORT`, or `--port N` for
+/// every address), over which transport, and the gRPC face (`--grpc-listen ADDR:PORT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InteropServerArgs {
+    /// Where this framework's transport listens: `--listen`, or `0.0.0.0:N` from `--port N`;
+    /// `None` when only the gRPC face was asked for.
+    pub listen: Option<String>,
+    /// The transport of `listen`: `--transport`, by default `auto` with `--listen` and `tcp`
+    /// with `--port` (gRPC's interop harness passes `--port` and expects a socket).
+    pub transport: Transport,
+    /// Where the standard gRPC (HTTP/2) face listens, if anywhere.
+    pub grpc_listen: Option<String>,
+}
+
+/// The options of `interop-client`: the server, the transport, the cases and their deadline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InteropClientArgs {
+    /// Server address: `--connect`, or `--server_host` (default 127.0.0.1) with
+    /// `--server_port`.
+    pub connect: String,
+    /// `--transport`, by default `auto` with `--connect` and `tcp` with `--server_port`.
+    pub transport: InteropTransport,
+    /// The cases to run, in order (`--test_case`: `all`, a name, or `a,b,c`).
+    pub cases: Vec<Case>,
+    /// Each case's deadline (`--case_timeout_s`, default 10 s).
+    pub case_timeout: Duration,
+}
+
+/// The default of `interop-client --case_timeout_s`: 10 s per case.
+pub const DEFAULT_CASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest `--case_timeout_s` accepted: an hour.
+pub const MAX_CASE_TIMEOUT_S: f64 = 3600.0;
+
+const USE_TLS_HELP: &str = "  --use_tls BOOL         only false is accepted: this framework's transports carry no\n                         TLS (for gRPC's interop harness, which passes --use_tls=false)\n";
+
+impl InteropServerArgs {
+    /// Parses the arguments after the program name.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<InteropServerArgs, CliError> {
+        let mut flags = Flags::scan(args, &[LISTEN, PORT, TRANSPORT, USE_TLS, GRPC_LISTEN])?;
+        if flags.boolean(USE_TLS)? == Some(true) {
+            return Err(invalid(
+                "--use_tls=true is not supported: the tcp and verbs transports carry no TLS \
+                 (TLS belongs to the gRPC face only)"
+                    .to_owned(),
+            ));
+        }
+        let listen = flags.optional_address(LISTEN)?;
+        let port = flags.port(PORT)?;
+        let grpc_listen = flags.optional_address(GRPC_LISTEN)?;
+        let given_transport = flags.optional_transport()?;
+        let (listen, transport) = match (listen, port) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "give either --listen ADDR:PORT or --port N, not both".to_owned(),
+                ))
+            }
+            (Some(listen), None) => (Some(listen), given_transport.unwrap_or(Transport::Auto)),
+            (None, Some(port)) => (
+                Some(format!("0.0.0.0:{port}")),
+                given_transport.unwrap_or(Transport::Tcp),
+            ),
+            (None, None) if grpc_listen.is_some() => {
+                if given_transport.is_some() {
+                    return Err(invalid(
+                        "--transport applies to --listen or --port, and neither was given"
+                            .to_owned(),
+                    ));
+                }
+                (None, Transport::Tcp)
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "nothing to serve: give --listen ADDR:PORT or --port N (or --grpc-listen ADDR:PORT)"
+                        .to_owned(),
+                ))
+            }
+        };
+        Ok(InteropServerArgs {
+            listen,
+            transport,
+            grpc_listen,
+        })
+    }
+
+    /// The usage text.
+    pub fn usage(program: &str) -> String {
+        format!(
+            "usage: {program} (--listen ADDR:PORT | --port N) [--transport auto|tcp|verbs]\n\
+             \x20      [--grpc-listen ADDR:PORT] [--use_tls=false]\n\n\
+             Serves grpc.testing.TestService (gRPC's interop test server) and prints\n\
+             `listening on ADDR:PORT` once it serves.\n\n\
+             options:\n\
+             \x20 --listen ADDR:PORT     address to listen on (port 0 picks a free port)\n\
+             \x20 --port N               listen on every address (0.0.0.0:N); the transport is\n\
+             \x20                        then tcp unless --transport says otherwise\n\
+             {TRANSPORT_HELP}\
+             \x20                        [default: auto with --listen, tcp with --port]\n\
+             \x20 --grpc-listen ADDR:PORT\n\
+             \x20                        also serve standard gRPC (HTTP/2) there (needs rpc-core's\n\
+             \x20                        gRPC face, which this build does not have yet)\n\
+             {USE_TLS_HELP}\
+             \x20 -h, --help             print this help\n"
+        )
+    }
+}
+
+impl InteropClientArgs {
+    /// Parses the arguments after the program name.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<InteropClientArgs, CliError> {
+        let mut flags = Flags::scan(
+            args,
+            &[
+                CONNECT,
+                SERVER_HOST,
+                SERVER_PORT,
+                INTEROP_TRANSPORT,
+                TEST_CASE,
+                USE_TLS,
+                CASE_TIMEOUT,
+            ],
+        )?;
+        if flags.boolean(USE_TLS)? == Some(true) {
+            return Err(invalid(
+                "--use_tls=true is not supported: plaintext only (the tcp and verbs transports \
+                 carry no TLS)"
+                    .to_owned(),
+            ));
+        }
+        let connect = flags.optional_address(CONNECT)?;
+        let host = flags.take(SERVER_HOST);
+        let port = flags.port(SERVER_PORT)?;
+        let transport =
+            match flags.take(INTEROP_TRANSPORT) {
+                None => None,
+                Some(value) => Some(value.parse::<InteropTransport>().map_err(|e| {
+                    invalid(format!("invalid value `{value}` for --transport: {e}"))
+                })?),
+            };
+        let (connect, transport) = match (connect, host, port) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                return Err(invalid(
+                    "give either --connect ADDR:PORT or --server_host/--server_port, not both"
+                        .to_owned(),
+                ))
+            }
+            (Some(connect), None, None) => (
+                connect,
+                transport.unwrap_or(InteropTransport::Rpc(Transport::Auto)),
+            ),
+            (None, host, Some(port)) => {
+                let host = host.unwrap_or_else(|| DEFAULT_SERVER_HOST.to_owned());
+                // An IPv6 literal needs brackets in front of a port.
+                let connect = if host.contains(':') && !host.starts_with('[') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                };
+                (
+                    connect,
+                    transport.unwrap_or(InteropTransport::Rpc(Transport::Tcp)),
+                )
+            }
+            (None, Some(_), None) => {
+                return Err(invalid("--server_host needs --server_port N".to_owned()))
+            }
+            (None, None, None) => return Err(invalid(
+                "no server given: --connect ADDR:PORT, or --server_port N (and --server_host H)"
+                    .to_owned(),
+            )),
+        };
+        let cases = match flags.take(TEST_CASE) {
+            None => Case::ALL.to_vec(),
+            Some(value) => parse_cases(&value)?,
+        };
+        let case_timeout = flags.seconds(CASE_TIMEOUT, DEFAULT_CASE_TIMEOUT, MAX_CASE_TIMEOUT_S)?;
+        Ok(InteropClientArgs {
+            connect,
+            transport,
+            cases,
+            case_timeout,
+        })
+    }
+
+    /// The usage text.
+    pub fn usage(program: &str) -> String {
+        let names: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
+        let names = wrap(&names.join(","), 52, "\n                         ");
+        format!(
+            "usage: {program} (--connect ADDR:PORT | [--server_host H] --server_port N)\n\
+             \x20      [--transport tcp|verbs|auto|grpc] [--test_case all|NAME[,NAME...]]\n\
+             \x20      [--case_timeout_s S] [--use_tls=false]\n\n\
+             Runs gRPC's interop test cases against a grpc.testing.TestService server and\n\
+             prints `case NAME: PASS` or `case NAME: FAIL reason` for each, then\n\
+             `summary: N passed, M failed`. Exit status: 0 if every case passed, 1 if one\n\
+             failed or the server was unreachable, 2 for a bad command line.\n\n\
+             options:\n\
+             \x20 --connect ADDR:PORT    server address\n\
+             \x20 --server_host H        server host name or address [default: {DEFAULT_SERVER_HOST}]\n\
+             \x20 --server_port N        server port (with --server_host instead of --connect)\n\
+             \x20 --transport T          tcp, verbs, auto (verbs if an RDMA device serves the\n\
+             \x20                        address, else tcp) or grpc (HTTP/2; needs rpc-core's\n\
+             \x20                        gRPC client transport, which this build does not have\n\
+             \x20                        yet) [default: auto with --connect, tcp with\n\
+             \x20                        --server_port]\n\
+             \x20 --test_case CASES      all, one case or a comma-separated list [default: all]:\n\
+             \x20                        {names}\n\
+             \x20 --case_timeout_s S     each case's deadline in seconds; every call of the case\n\
+             \x20                        gets what is left of it [default: 10]\n\
+             {USE_TLS_HELP}\
+             \x20 -h, --help             print this help\n"
+        )
+    }
+}
+
+/// The default of `interop-client --server_host`: the IPv4 loopback address. Not
+/// `localhost`: the framework's transports connect to the first address a name resolves
+/// to, which may be `::1` while the server listens on IPv4 only.
+pub const DEFAULT_SERVER_HOST: &str = "127.0.0.1";
+
+/// `all`, or a comma-separated list of case names (in the order given, repeats allowed).
+fn parse_cases(value: &str) -> Result<Vec<Case>, CliError> {
+    if value == "all" {
+        return Ok(Case::ALL.to_vec());
+    }
+    let mut cases = Vec::new();
+    let mut unknown = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match name.parse::<Case>() {
+            Ok(case) => cases.push(case),
+            Err(_) => unknown.push(name),
+        }
+    }
+    if !unknown.is_empty() || cases.is_empty() {
+        let known: Vec<&str> = Case::ALL.iter().map(|c| c.name()).collect();
+        let what = if unknown.is_empty() {
+            "no test case given".to_owned()
+        } else {
+            format!("unknown test case `{}`", unknown.join("`, `"))
+        };
+        return Err(invalid(format!(
+            "{what} in --test_case; known: all, {}",
+            known.join(", ")
+        )));
+    }
+    Ok(cases)
+}
+
+/// `text` broken at commas so that no line is longer than `width`, lines joined by `sep`.
+fn wrap(text: &str, width: usize, sep: &str) -> String {
+    let mut lines: Vec<String> = vec![String::new()];
+    for word in text.split_inclusive(',') {
+        let line = lines.last_mut().expect("never empty");
+        if !line.is_empty() && line.len() + word.len() > width {
+            lines.push(word.to_owned());
+        } else {
+            line.push_str(word);
+        }
+    }
+    lines.join(sep)
+}
+
 /// Parses this process's arguments with `parse` (which gets the arguments after the program
 /// name). On `--help` prints `usage` to stdout and exits with status 0; on an error prints it
 /// with a hint to stderr and exits with status 2.
@@ -274,6 +577,38 @@ const COUNT: Opt = Opt {
 const CONCURRENCY: Opt = Opt {
     name: "concurrency",
     value: "N",
+};
+const PORT: Opt = Opt {
+    name: "port",
+    value: "N",
+};
+const USE_TLS: Opt = Opt {
+    name: "use_tls",
+    value: "false",
+};
+const GRPC_LISTEN: Opt = Opt {
+    name: "grpc-listen",
+    value: "ADDR:PORT",
+};
+const SERVER_HOST: Opt = Opt {
+    name: "server_host",
+    value: "H",
+};
+const SERVER_PORT: Opt = Opt {
+    name: "server_port",
+    value: "N",
+};
+const INTEROP_TRANSPORT: Opt = Opt {
+    name: "transport",
+    value: "tcp|verbs|auto|grpc",
+};
+const TEST_CASE: Opt = Opt {
+    name: "test_case",
+    value: "all|NAME[,NAME...]",
+};
+const CASE_TIMEOUT: Opt = Opt {
+    name: "case_timeout_s",
+    value: "SECONDS",
 };
 
 /// The options given, each with its value.
@@ -335,11 +670,20 @@ impl Flags {
     }
 
     fn address(&mut self, opt: Opt, default: &str) -> Result<String, CliError> {
+        Ok(self
+            .optional_address(opt)?
+            .unwrap_or_else(|| default.to_owned()))
+    }
+
+    /// An `ADDR:PORT` value, if the option was given.
+    fn optional_address(&mut self, opt: Opt) -> Result<Option<String>, CliError> {
         let Some(value) = self.take(opt) else {
-            return Ok(default.to_owned());
+            return Ok(None);
         };
         match value.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(value),
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(Some(value))
+            }
             _ => Err(invalid(format!(
                 "invalid value `{value}` for --{}: expected ADDR:PORT, e.g. 127.0.0.1:50051",
                 opt.name
@@ -348,11 +692,62 @@ impl Flags {
     }
 
     fn transport(&mut self) -> Result<Transport, CliError> {
+        Ok(self.optional_transport()?.unwrap_or_default())
+    }
+
+    fn optional_transport(&mut self) -> Result<Option<Transport>, CliError> {
         match self.take(TRANSPORT) {
-            None => Ok(Transport::default()),
+            None => Ok(None),
             Some(value) => value
                 .parse()
+                .map(Some)
                 .map_err(|e| invalid(format!("invalid value `{value}` for --transport: {e}"))),
+        }
+    }
+
+    /// A port number (0 to 65535), if the option was given.
+    fn port(&mut self, opt: Opt) -> Result<Option<u16>, CliError> {
+        let Some(value) = self.take(opt) else {
+            return Ok(None);
+        };
+        match value.parse::<u16>() {
+            Ok(port) if value.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(port)),
+            _ => Err(invalid(format!(
+                "invalid value `{value}` for --{}: expected a port number from 0 to 65535",
+                opt.name
+            ))),
+        }
+    }
+
+    /// `true` or `false` (also `1`/`0`, `yes`/`no`), if the option was given.
+    fn boolean(&mut self, opt: Opt) -> Result<Option<bool>, CliError> {
+        let Some(value) = self.take(opt) else {
+            return Ok(None);
+        };
+        match value.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Ok(Some(true)),
+            "false" | "0" | "no" => Ok(Some(false)),
+            _ => Err(invalid(format!(
+                "invalid value `{value}` for --{}: expected true or false",
+                opt.name
+            ))),
+        }
+    }
+
+    /// A positive number of seconds (fractions allowed) up to `max`.
+    fn seconds(&mut self, opt: Opt, default: Duration, max: f64) -> Result<Duration, CliError> {
+        let Some(value) = self.take(opt) else {
+            return Ok(default);
+        };
+        let name = opt.name;
+        match value.parse::<f64>() {
+            Ok(s) if s > 0.0 && s <= max => Ok(Duration::from_secs_f64(s)),
+            Ok(_) => Err(invalid(format!(
+                "invalid value `{value}` for --{name}: must be more than 0 and at most {max}"
+            ))),
+            Err(_) => Err(invalid(format!(
+                "invalid value `{value}` for --{name}: expected a number of seconds such as 10 or 0.5"
+            ))),
         }
     }
 
@@ -459,6 +854,126 @@ mod tests {
         ] {
             assert!(usage.contains(flag), "{flag}");
         }
+    }
+
+    fn interop_server(s: &str) -> Result<InteropServerArgs, CliError> {
+        InteropServerArgs::parse(args(s))
+    }
+
+    fn interop_client(s: &str) -> Result<InteropClientArgs, CliError> {
+        InteropClientArgs::parse(args(s))
+    }
+
+    #[test]
+    fn interop_server_flags() {
+        let a = interop_server("--port 8080 --use_tls=false").unwrap();
+        assert_eq!(a.listen.as_deref(), Some("0.0.0.0:8080"));
+        assert_eq!(a.transport, Transport::Tcp);
+        assert_eq!(a.grpc_listen, None);
+        let a = interop_server("--port=0 --transport verbs").unwrap();
+        assert_eq!(a.listen.as_deref(), Some("0.0.0.0:0"));
+        assert_eq!(a.transport, Transport::Verbs);
+        let a = interop_server("--listen 192.0.2.1:7000").unwrap();
+        assert_eq!(a.listen.as_deref(), Some("192.0.2.1:7000"));
+        assert_eq!(a.transport, Transport::Auto);
+        let a = interop_server("--grpc-listen [::]:50051").unwrap();
+        assert_eq!(a.listen, None);
+        assert_eq!(a.grpc_listen.as_deref(), Some("[::]:50051"));
+        let a = interop_server("--listen=127.0.0.1:1 --grpc-listen=127.0.0.1:2").unwrap();
+        assert_eq!(a.grpc_listen.as_deref(), Some("127.0.0.1:2"));
+
+        assert!(error(interop_server("--port 1 --use_tls=true"))
+            .starts_with("--use_tls=true is not supported"));
+        assert_eq!(
+            error(interop_server("--port 1 --use_tls maybe")),
+            "invalid value `maybe` for --use_tls: expected true or false"
+        );
+        assert_eq!(
+            error(interop_server("--port 65536")),
+            "invalid value `65536` for --port: expected a port number from 0 to 65535"
+        );
+        assert_eq!(
+            error(interop_server("--port +5")),
+            "invalid value `+5` for --port: expected a port number from 0 to 65535"
+        );
+        assert_eq!(
+            error(interop_server("--port 1 --listen 127.0.0.1:2")),
+            "give either --listen ADDR:PORT or --port N, not both"
+        );
+        assert!(error(interop_server("")).starts_with("nothing to serve"));
+        assert!(error(interop_server("--use_tls=false")).starts_with("nothing to serve"));
+        assert!(
+            error(interop_server("--grpc-listen 127.0.0.1:1 --transport tcp"))
+                .starts_with("--transport applies to --listen or --port")
+        );
+        assert_eq!(
+            error(interop_server("--transport grpc --port 1")),
+            "invalid value `grpc` for --transport: expected auto, tcp or verbs"
+        );
+    }
+
+    #[test]
+    fn interop_client_flags() {
+        let a = interop_client("--server_port 5000").unwrap();
+        assert_eq!(a.connect, "127.0.0.1:5000");
+        assert_eq!(a.transport, InteropTransport::Rpc(Transport::Tcp));
+        assert_eq!(a.cases, Case::ALL);
+        assert_eq!(a.case_timeout, DEFAULT_CASE_TIMEOUT);
+        let a = interop_client(
+            "--server_host ::1 --server_port=5 --test_case=ping_pong,empty_unary \
+             --use_tls=false --case_timeout_s 0.5",
+        )
+        .unwrap();
+        assert_eq!(a.connect, "[::1]:5");
+        assert_eq!(a.cases, [Case::PingPong, Case::EmptyUnary]);
+        assert_eq!(a.case_timeout, Duration::from_millis(500));
+        let a = interop_client("--server_host [::1] --server_port 5").unwrap();
+        assert_eq!(a.connect, "[::1]:5");
+        let a = interop_client("--connect 192.0.2.2:9 --transport verbs --test_case all").unwrap();
+        assert_eq!(a.connect, "192.0.2.2:9");
+        assert_eq!(a.transport, InteropTransport::Rpc(Transport::Verbs));
+        assert_eq!(a.cases.len(), 14);
+        let a = interop_client("--connect 192.0.2.2:9").unwrap();
+        assert_eq!(a.transport, InteropTransport::Rpc(Transport::Auto));
+        let a = interop_client("--connect h:9 --transport GRPC").unwrap();
+        assert_eq!(a.transport, InteropTransport::Grpc);
+        assert_eq!(a.transport.to_string(), "grpc");
+
+        assert!(error(interop_client("--server_port 1 --use_tls=true"))
+            .starts_with("--use_tls=true is not supported"));
+        assert!(error(interop_client("")).starts_with("no server given"));
+        assert_eq!(
+            error(interop_client("--server_host h")),
+            "--server_host needs --server_port N"
+        );
+        assert_eq!(
+            error(interop_client("--connect h:1 --server_port 2")),
+            "give either --connect ADDR:PORT or --server_host/--server_port, not both"
+        );
+        assert_eq!(
+            error(interop_client("--connect h:1 --transport udp")),
+            "invalid value `udp` for --transport: expected tcp, verbs, auto or grpc"
+        );
+        assert!(error(interop_client(
+            "--server_port 1 --test_case empty_unary,bogus,x"
+        ))
+        .starts_with("unknown test case `bogus`, `x` in --test_case; known: all, empty_unary, "));
+        assert!(error(interop_client("--server_port 1 --test_case=,"))
+            .starts_with("no test case given"));
+        for bad in ["0", "-1", "nan", "inf", "3601", "ten"] {
+            let e = error(interop_client(&format!(
+                "--server_port 1 --case_timeout_s {bad}"
+            )));
+            assert!(
+                e.starts_with(&format!("invalid value `{bad}` for --case_timeout_s")),
+                "{e}"
+            );
+        }
+        let usage = InteropClientArgs::usage("interop-client");
+        for case in Case::ALL {
+            assert!(usage.contains(case.name()), "{case}");
+        }
+        assert!(usage.lines().all(|l| l.len() <= 90), "{usage}");
     }
 
     #[test]

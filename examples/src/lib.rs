@@ -1,5 +1,5 @@
-//! Demos of `rpc-core`: two services defined in `proto/`, their implementations, and four
-//! binaries that serve and call them over RDMA verbs or TCP.
+//! Demos of `rpc-core`: two services defined in `proto/`, their implementations, gRPC's
+//! interop test service, and six binaries that serve and call them over RDMA verbs or TCP.
 //!
 //! | binary              | what it does                                                        |
 //! |---------------------|---------------------------------------------------------------------|
@@ -7,6 +7,8 @@
 //! | `calculator-client` | runs a scripted set of calls, checks every outcome, exits 1 on a mismatch |
 //! | `echo-server`       | serves `echo.Echo`, answering on the poller thread                  |
 //! | `echo-client`       | measures round-trip latency percentiles and calls/s for a payload size |
+//! | `interop-server`    | serves `grpc.testing.TestService`, gRPC's interop test server ([`interop`]) |
+//! | `interop-client`    | runs gRPC's 14 interop test cases, `case NAME: PASS` or `FAIL reason` each |
 //!
 //! # Quick start
 //!
@@ -18,6 +20,9 @@
 //! target/release/echo-server --listen 127.0.0.1:50052 --transport tcp &
 //! target/release/echo-client --connect 127.0.0.1:50052 --transport tcp \
 //!     --size 64 --count 20000 --concurrency 8
+//!
+//! target/release/interop-server --port 50053 &      # prints `listening on 0.0.0.0:50053`
+//! target/release/interop-client --server_port 50053 --test_case all
 //! ```
 //!
 //! `--transport auto` (the default) uses RDMA verbs when a usable device is present and TCP
@@ -26,8 +31,9 @@
 //!
 //! # Using the generated code
 //!
-//! `build.rs` runs `rpc_codegen::compile_protos` on `proto/calculator.proto` and
-//! `proto/echo.proto`; [`calc`] and [`echo`] include the result: the prost messages plus, for
+//! `build.rs` runs `rpc_codegen::compile_protos` on `proto/calculator.proto`,
+//! `proto/echo.proto` and `proto/grpc/testing/test.proto`; [`calc`], [`echo`] and
+//! [`grpc_testing`] include the result: the prost messages plus, for
 //! each service, a `<service>_client` module with the blocking and async client and a
 //! `<service>_server` module with the trait to implement and the server wrapper.
 //!
@@ -58,6 +64,7 @@ use std::time::Duration;
 
 pub mod cli;
 pub mod expr;
+pub mod interop;
 pub mod services;
 pub mod stats;
 
@@ -69,6 +76,14 @@ pub mod calc {
 /// The `echo` protobuf package: `echo.Echo` and its messages (`proto/echo.proto`).
 pub mod echo {
     rpc_core::include_proto!("echo");
+}
+
+/// gRPC's interop test contract, the `grpc.testing` protobuf package
+/// (`proto/grpc/testing/test.proto`): `TestService`, `UnimplementedService` and their
+/// messages, exactly as the gRPC project defines them.
+#[allow(missing_docs)] // prost-build: messages and fields without `.proto` comments
+pub mod grpc_testing {
+    rpc_core::include_proto!("grpc.testing");
 }
 
 /// The per-call timeout the demo clients set: a call to a server that stopped answering fails
