@@ -46,7 +46,7 @@ export ECHO_SIZE ECHO_CONCURRENCY
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
 .PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom interop-tcp \
-	bins test-verbs test-verbs-2hosts test-verbs-native test-list bench fuzz
+	bins interop-grpc test-verbs test-verbs-2hosts test-verbs-native test-list bench fuzz
 
 setup:
 	scripts/setup
@@ -71,7 +71,7 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check clippy unit-test loom interop-tcp test-verbs test-verbs-2hosts
+test: setup fmt-check clippy unit-test loom interop-tcp interop-grpc test-verbs test-verbs-2hosts
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -95,6 +95,12 @@ bins:
 # interop-client with every case against it (scripts/interop).
 interop-tcp: bins
 	scripts/interop --transport tcp --addr 127.0.0.1 --bin $(TARGET_DIR)/debug
+
+# The same cases over standard gRPC (scripts/interop-grpc): our client against our gRPC face,
+# Python's grpcio and Node's @grpc/grpc-js against it, grpcurl through its reflection, and our
+# client against grpcio's server; the stock side is installed into target/interop.
+interop-grpc: bins
+	scripts/interop-grpc --bin $(TARGET_DIR)/debug
 
 # The test executables, built on the host; one line per binary: target, package dir, path.
 test-list:

@@ -270,13 +270,15 @@ impl EchoClientArgs {
 /// every address), over which transport, and the gRPC face (`--grpc-listen ADDR:PORT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InteropServerArgs {
-    /// Where this framework's transport listens: `--listen`, or `0.0.0.0:N` from `--port N`;
-    /// `None` when only the gRPC face was asked for.
+    /// Where this framework's transport listens (`--listen`); `None` when only the gRPC
+    /// face was asked for (it then listens on a free port of 127.0.0.1).
     pub listen: Option<String>,
-    /// The transport of `listen`: `--transport`, by default `auto` with `--listen` and `tcp`
-    /// with `--port` (gRPC's interop harness passes `--port` and expects a socket).
+    /// The transport of `listen`: `--transport`, by default `auto` (`tcp` without
+    /// `--listen`).
     pub transport: Transport,
-    /// Where the standard gRPC (HTTP/2) face listens, if anywhere.
+    /// Where the standard gRPC (HTTP/2) face listens, if anywhere: `--grpc-listen`, or
+    /// `0.0.0.0:N` from `--port N` (gRPC's interop runners pass `--port` and connect stock
+    /// gRPC clients).
     pub grpc_listen: Option<String>,
 }
 
@@ -286,7 +288,7 @@ pub struct InteropClientArgs {
     /// Server address: `--connect`, or `--server_host` (default 127.0.0.1) with
     /// `--server_port`.
     pub connect: String,
-    /// `--transport`, by default `auto` with `--connect` and `tcp` with `--server_port`.
+    /// `--transport`, by default `auto` with `--connect` and `grpc` with `--server_port`.
     pub transport: InteropTransport,
     /// The cases to run, in order (`--test_case`: `all`, a name, or `a,b,c`).
     pub cases: Vec<Case>,
@@ -299,7 +301,7 @@ pub const DEFAULT_CASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest `--case_timeout_s` accepted: an hour.
 pub const MAX_CASE_TIMEOUT_S: f64 = 3600.0;
 
-const USE_TLS_HELP: &str = "  --use_tls BOOL         only false is accepted: this framework's transports carry no\n                         TLS (for gRPC's interop harness, which passes --use_tls=false)\n";
+const USE_TLS_HELP: &str = "  --use_tls BOOL         only false is accepted: the interop binaries speak plaintext\n                         (for gRPC's interop runners, which pass --use_tls=false)\n";
 
 impl InteropServerArgs {
     /// Parses the arguments after the program name.
@@ -307,8 +309,9 @@ impl InteropServerArgs {
         let mut flags = Flags::scan(args, &[LISTEN, PORT, TRANSPORT, USE_TLS, GRPC_LISTEN])?;
         if flags.boolean(USE_TLS)? == Some(true) {
             return Err(invalid(
-                "--use_tls=true is not supported: the tcp and verbs transports carry no TLS \
-                 (TLS belongs to the gRPC face only)"
+                "--use_tls=true is not supported: the interop server serves plaintext (the \
+                 gRPC face's TLS is ServerBuilder::grpc_tls, and tests/data/tls has test \
+                 certificates for it)"
                     .to_owned(),
             ));
         }
@@ -316,29 +319,30 @@ impl InteropServerArgs {
         let port = flags.port(PORT)?;
         let grpc_listen = flags.optional_address(GRPC_LISTEN)?;
         let given_transport = flags.optional_transport()?;
-        let (listen, transport) = match (listen, port) {
+        let grpc_listen = match (grpc_listen, port) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
-                    "give either --listen ADDR:PORT or --port N, not both".to_owned(),
+                    "give either --grpc-listen ADDR:PORT or --port N, not both".to_owned(),
                 ))
             }
-            (Some(listen), None) => (Some(listen), given_transport.unwrap_or(Transport::Auto)),
-            (None, Some(port)) => (
-                Some(format!("0.0.0.0:{port}")),
-                given_transport.unwrap_or(Transport::Tcp),
-            ),
-            (None, None) if grpc_listen.is_some() => {
+            (Some(addr), None) => Some(addr),
+            (None, Some(port)) => Some(format!("0.0.0.0:{port}")),
+            (None, None) => None,
+        };
+        let (listen, transport) = match listen {
+            Some(listen) => (Some(listen), given_transport.unwrap_or(Transport::Auto)),
+            None if grpc_listen.is_some() => {
                 if given_transport.is_some() {
                     return Err(invalid(
-                        "--transport applies to --listen or --port, and neither was given"
-                            .to_owned(),
+                        "--transport applies to --listen, which was not given".to_owned(),
                     ));
                 }
                 (None, Transport::Tcp)
             }
-            (None, None) => {
+            None => {
                 return Err(invalid(
-                    "nothing to serve: give --listen ADDR:PORT or --port N (or --grpc-listen ADDR:PORT)"
+                    "nothing to serve: give --listen ADDR:PORT, --grpc-listen ADDR:PORT or \
+                     --port N"
                         .to_owned(),
                 ))
             }
@@ -353,19 +357,19 @@ impl InteropServerArgs {
     /// The usage text.
     pub fn usage(program: &str) -> String {
         format!(
-            "usage: {program} (--listen ADDR:PORT | --port N) [--transport auto|tcp|verbs]\n\
-             \x20      [--grpc-listen ADDR:PORT] [--use_tls=false]\n\n\
-             Serves grpc.testing.TestService (gRPC's interop test server) and prints\n\
-             `listening on ADDR:PORT` once it serves.\n\n\
+            "usage: {program} [--listen ADDR:PORT] [--transport auto|tcp|verbs]\n\
+             \x20      [--grpc-listen ADDR:PORT | --port N] [--use_tls=false]\n\n\
+             Serves grpc.testing.TestService (gRPC's interop test server) over this\n\
+             framework's protocol and/or standard gRPC (HTTP/2), and prints\n\
+             `listening on ADDR:PORT` (and `grpc listening on ADDR:PORT`) once it serves.\n\n\
              options:\n\
-             \x20 --listen ADDR:PORT     address to listen on (port 0 picks a free port)\n\
-             \x20 --port N               listen on every address (0.0.0.0:N); the transport is\n\
-             \x20                        then tcp unless --transport says otherwise\n\
+             \x20 --listen ADDR:PORT     where this framework's protocol listens (port 0 picks a\n\
+             \x20                        free port) [default: 127.0.0.1:0, tcp]\n\
              {TRANSPORT_HELP}\
-             \x20                        [default: auto with --listen, tcp with --port]\n\
              \x20 --grpc-listen ADDR:PORT\n\
-             \x20                        also serve standard gRPC (HTTP/2) there (needs rpc-core's\n\
-             \x20                        gRPC face, which this build does not have yet)\n\
+             \x20                        also serve standard gRPC (HTTP/2) there\n\
+             \x20 --port N               serve standard gRPC on every address (0.0.0.0:N), as\n\
+             \x20                        gRPC's interop runners expect\n\
              {USE_TLS_HELP}\
              \x20 -h, --help             print this help\n"
         )
@@ -389,9 +393,7 @@ impl InteropClientArgs {
         )?;
         if flags.boolean(USE_TLS)? == Some(true) {
             return Err(invalid(
-                "--use_tls=true is not supported: plaintext only (the tcp and verbs transports \
-                 carry no TLS)"
-                    .to_owned(),
+                "--use_tls=true is not supported: the interop client speaks plaintext".to_owned(),
             ));
         }
         let connect = flags.optional_address(CONNECT)?;
@@ -423,10 +425,8 @@ impl InteropClientArgs {
                 } else {
                     format!("{host}:{port}")
                 };
-                (
-                    connect,
-                    transport.unwrap_or(InteropTransport::Rpc(Transport::Tcp)),
-                )
+                // gRPC's interop runners pass --server_port and run stock gRPC servers.
+                (connect, transport.unwrap_or(InteropTransport::Grpc))
             }
             (None, Some(_), None) => {
                 return Err(invalid("--server_host needs --server_port N".to_owned()))
@@ -466,10 +466,9 @@ impl InteropClientArgs {
              \x20 --server_host H        server host name or address [default: {DEFAULT_SERVER_HOST}]\n\
              \x20 --server_port N        server port (with --server_host instead of --connect)\n\
              \x20 --transport T          tcp, verbs, auto (verbs if an RDMA device serves the\n\
-             \x20                        address, else tcp) or grpc (HTTP/2; needs rpc-core's\n\
-             \x20                        gRPC client transport, which this build does not have\n\
-             \x20                        yet) [default: auto with --connect, tcp with\n\
-             \x20                        --server_port]\n\
+             \x20                        address, else tcp) or grpc (standard gRPC over HTTP/2,\n\
+             \x20                        to any gRPC server) [default: auto with --connect,\n\
+             \x20                        grpc with --server_port]\n\
              \x20 --test_case CASES      all, one case or a comma-separated list [default: all]:\n\
              \x20                        {names}\n\
              \x20 --case_timeout_s S     each case's deadline in seconds; every call of the case\n\
@@ -866,12 +865,14 @@ mod tests {
 
     #[test]
     fn interop_server_flags() {
+        // --port is the gRPC face's, as stock interop runners expect.
         let a = interop_server("--port 8080 --use_tls=false").unwrap();
-        assert_eq!(a.listen.as_deref(), Some("0.0.0.0:8080"));
+        assert_eq!(a.listen, None);
         assert_eq!(a.transport, Transport::Tcp);
-        assert_eq!(a.grpc_listen, None);
-        let a = interop_server("--port=0 --transport verbs").unwrap();
-        assert_eq!(a.listen.as_deref(), Some("0.0.0.0:0"));
+        assert_eq!(a.grpc_listen.as_deref(), Some("0.0.0.0:8080"));
+        let a = interop_server("--port=0 --listen 192.0.2.1:7 --transport verbs").unwrap();
+        assert_eq!(a.listen.as_deref(), Some("192.0.2.1:7"));
+        assert_eq!(a.grpc_listen.as_deref(), Some("0.0.0.0:0"));
         assert_eq!(a.transport, Transport::Verbs);
         let a = interop_server("--listen 192.0.2.1:7000").unwrap();
         assert_eq!(a.listen.as_deref(), Some("192.0.2.1:7000"));
@@ -897,14 +898,14 @@ mod tests {
             "invalid value `+5` for --port: expected a port number from 0 to 65535"
         );
         assert_eq!(
-            error(interop_server("--port 1 --listen 127.0.0.1:2")),
-            "give either --listen ADDR:PORT or --port N, not both"
+            error(interop_server("--port 1 --grpc-listen 127.0.0.1:2")),
+            "give either --grpc-listen ADDR:PORT or --port N, not both"
         );
         assert!(error(interop_server("")).starts_with("nothing to serve"));
         assert!(error(interop_server("--use_tls=false")).starts_with("nothing to serve"));
         assert!(
             error(interop_server("--grpc-listen 127.0.0.1:1 --transport tcp"))
-                .starts_with("--transport applies to --listen or --port")
+                .starts_with("--transport applies to --listen")
         );
         assert_eq!(
             error(interop_server("--transport grpc --port 1")),
@@ -914,9 +915,10 @@ mod tests {
 
     #[test]
     fn interop_client_flags() {
+        // --server_port is how stock interop runners call a client: of a gRPC server.
         let a = interop_client("--server_port 5000").unwrap();
         assert_eq!(a.connect, "127.0.0.1:5000");
-        assert_eq!(a.transport, InteropTransport::Rpc(Transport::Tcp));
+        assert_eq!(a.transport, InteropTransport::Grpc);
         assert_eq!(a.cases, Case::ALL);
         assert_eq!(a.case_timeout, DEFAULT_CASE_TIMEOUT);
         let a = interop_client(

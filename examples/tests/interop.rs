@@ -40,12 +40,31 @@ fn wait_idle(service: &TestServiceImpl) -> usize {
 
 #[test]
 fn every_case_passes_over_tcp() {
+    every_case_passes(TransportKind::Tcp);
+}
+
+#[test]
+fn every_case_passes_over_the_grpc_face() {
+    every_case_passes(TransportKind::Grpc);
+}
+
+/// Every case in-process, over this framework's TCP transport or over standard gRPC
+/// against the same server's gRPC face.
+fn every_case_passes(transport: TransportKind) {
     let service = TestServiceImpl::new();
     let server = rpc_core::Server::builder()
         .add_service(TestServiceServer::new(service.clone()))
+        .grpc_listen("127.0.0.1:0")
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
-    let client = InteropClient::new(tcp_client(server.local_addr()));
+    let client = match transport {
+        TransportKind::Grpc => rpc_core::Client::builder()
+            .transport(TransportKind::Grpc)
+            .connect(&server.grpc_local_addr().expect("a gRPC face").to_string())
+            .expect("connecting to the gRPC face"),
+        _ => tcp_client(server.local_addr()),
+    };
+    let client = InteropClient::new(client);
     let mut failures = Vec::new();
     for case in Case::ALL {
         let verdict = client.run(case, CASE_TIMEOUT);
@@ -80,12 +99,30 @@ fn every_case_passes_over_tcp() {
 /// cancelled call is dropped (the client cannot see that: the cancel is a drop).
 #[test]
 fn cancels_reach_the_server() {
+    cancels_reach_the_server_over(TransportKind::Tcp);
+}
+
+/// The same over the gRPC face: a cancel is an HTTP/2 RST_STREAM.
+#[test]
+fn cancels_reach_the_server_over_the_grpc_face() {
+    cancels_reach_the_server_over(TransportKind::Grpc);
+}
+
+fn cancels_reach_the_server_over(transport: TransportKind) {
     let service = TestServiceImpl::new();
     let server = rpc_core::Server::builder()
         .add_service(TestServiceServer::new(service.clone()))
+        .grpc_listen("127.0.0.1:0")
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
-    let client = InteropClient::new(tcp_client(server.local_addr()));
+    let client = match transport {
+        TransportKind::Grpc => rpc_core::Client::builder()
+            .transport(TransportKind::Grpc)
+            .connect(&server.grpc_local_addr().expect("a gRPC face").to_string())
+            .expect("connecting to the gRPC face"),
+        _ => tcp_client(server.local_addr()),
+    };
+    let client = InteropClient::new(client);
     for case in [
         Case::CancelAfterBegin,
         Case::CancelAfterFirstResponse,
@@ -428,12 +465,19 @@ fn half_duplex_and_cacheable_calls() {
 /// An `interop-server` process, killed when dropped.
 struct ServerProcess {
     child: Child,
+    /// Where this framework's protocol listens.
     addr: String,
+    /// Where its gRPC face listens, if it has one.
+    grpc_addr: Option<String>,
 }
 
 impl ServerProcess {
-    /// Starts it with `args` and waits for its `listening on ADDR` line.
+    /// Starts it with `args` and waits for its `listening on ADDR` line (and with
+    /// `grpc_face`, its `grpc listening on ADDR` line).
     fn start(args: &[&str]) -> ServerProcess {
+        let grpc_face = args
+            .iter()
+            .any(|a| a.starts_with("--port") || a.starts_with("--grpc-listen"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_interop-server"))
             .args(args)
             .env("RUST_LOG", "warn")
@@ -442,9 +486,9 @@ impl ServerProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("starting interop-server");
-        let stdout = child.stdout.take().expect("piped");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut line = String::new();
-        let read = BufReader::new(stdout).read_line(&mut line);
+        let read = stdout.read_line(&mut line);
         let Some(addr) = line.trim_end().strip_prefix("listening on ") else {
             let _ = child.kill();
             panic!(
@@ -454,11 +498,29 @@ impl ServerProcess {
             );
         };
         let addr = addr.to_owned();
-        ServerProcess { child, addr }
+        let mut grpc_addr = None;
+        if grpc_face {
+            let mut line = String::new();
+            let _ = stdout.read_line(&mut line);
+            match line.trim_end().strip_prefix("grpc listening on ") {
+                Some(a) => grpc_addr = Some(a.to_owned()),
+                None => {
+                    let _ = child.kill();
+                    panic!("interop-server printed {line:?} instead of `grpc listening on ADDR`");
+                }
+            }
+        }
+        ServerProcess {
+            child,
+            addr,
+            grpc_addr,
+        }
     }
 
-    fn port(&self) -> &str {
-        self.addr.rsplit_once(':').expect("ADDR:PORT").1
+    /// The port of the gRPC face.
+    fn grpc_port(&self) -> &str {
+        let addr = self.grpc_addr.as_deref().expect("a gRPC face");
+        addr.rsplit_once(':').expect("ADDR:PORT").1
     }
 }
 
@@ -489,16 +551,18 @@ const SERVER: &str = env!("CARGO_BIN_EXE_interop-server");
 
 #[test]
 fn the_binaries_pass_every_case() {
-    // gRPC's harness style: --port on the server, --server_host/--server_port on the client.
+    // gRPC's harness style: --port on the server (its gRPC face), --server_host and
+    // --server_port on the client (which then speaks gRPC).
     let server = ServerProcess::start(&["--port", "0", "--use_tls=false"]);
-    assert!(server.addr.starts_with("0.0.0.0:"), "{}", server.addr);
+    let grpc_addr = server.grpc_addr.as_deref().unwrap_or_default();
+    assert!(grpc_addr.starts_with("0.0.0.0:"), "{grpc_addr}");
     let (code, stdout, stderr) = run(
         CLIENT,
         &[
             "--server_host",
             "127.0.0.1",
             "--server_port",
-            server.port(),
+            server.grpc_port(),
             "--use_tls=false",
             "--test_case=all",
         ],
@@ -574,24 +638,14 @@ fn what_is_not_supported_is_refused_clearly() {
             "--use_tls=true is not supported",
         ),
         (
-            SERVER,
-            &["--grpc-listen", "127.0.0.1:0"][..],
-            "no gRPC (HTTP/2) face yet",
-        ),
-        (
-            CLIENT,
-            &["--connect", "127.0.0.1:1", "--transport", "grpc"][..],
-            "no gRPC (HTTP/2) client transport yet",
-        ),
-        (
             CLIENT,
             &["--server_port", "1", "--test_case", "empty_unary,nope"][..],
             "unknown test case `nope` in --test_case; known: all, empty_unary,",
         ),
         (
             SERVER,
-            &["--listen", "127.0.0.1:0", "--port", "1"][..],
-            "give either --listen ADDR:PORT or --port N, not both",
+            &["--grpc-listen", "127.0.0.1:0", "--port", "1"][..],
+            "give either --grpc-listen ADDR:PORT or --port N, not both",
         ),
         (SERVER, &[][..], "nothing to serve"),
         (CLIENT, &[][..], "no server given"),

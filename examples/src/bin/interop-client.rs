@@ -19,8 +19,11 @@
 //! NAME: PASS` or `case NAME: FAIL reason`, then `summary: N passed, M failed`. Exit status
 //! 0 when every case passed, 1 when one failed (or the server was unreachable: every case
 //! then fails with the reason), 2 for a bad command line (an unknown case,
-//! `--use_tls=true`) or `--transport grpc`, which needs rpc-core's gRPC client transport
-//! (not there yet).
+//! `--use_tls=true`).
+//!
+//! `--transport grpc` (the default with `--server_port`, as gRPC's interop runners call it)
+//! speaks standard gRPC over HTTP/2: against `interop-server --grpc-listen` or any stock
+//! gRPC interop server.
 
 use std::process::ExitCode;
 
@@ -36,15 +39,7 @@ fn main() -> ExitCode {
 
     let transport = match args.transport {
         InteropTransport::Rpc(transport) => rpc_core::TransportKind::from(transport),
-        InteropTransport::Grpc => {
-            // rpc-core's gRPC client transport is being written; once
-            // `TransportKind::Grpc` exists, this arm becomes `rpc_core::TransportKind::Grpc`.
-            eprintln!(
-                "interop-client: --transport grpc: this build of rpc-core has no gRPC (HTTP/2) \
-                 client transport yet; use --transport tcp or verbs against interop-server"
-            );
-            return ExitCode::from(2);
-        }
+        InteropTransport::Grpc => rpc_core::TransportKind::Grpc,
     };
 
     let client = match rpc_core::Client::builder()

@@ -2,22 +2,23 @@
 //! `proto/grpc/testing/test.proto` and [`rpc_examples::interop::TestServiceImpl`]).
 //!
 //! ```text
-//! interop-server (--listen ADDR:PORT | --port N) [--transport auto|tcp|verbs]
-//!                [--grpc-listen ADDR:PORT] [--use_tls=false]
+//! interop-server [--listen ADDR:PORT] [--transport auto|tcp|verbs]
+//!                [--grpc-listen ADDR:PORT | --port N] [--use_tls=false]
 //! ```
 //!
-//! Listens on `--listen`, or with `--port N` on every address (`0.0.0.0:N`, over TCP unless
-//! `--transport` says otherwise: gRPC's interop harness passes `--port`); port 0 picks a
-//! free port. Once serving, prints `listening on ADDR:PORT` (the real port) on stdout, which
-//! scripts wait for, and runs until killed. `UnimplementedService` is not served, so its calls
-//! get UNIMPLEMENTED from the framework.
+//! Serves this framework's protocol on `--listen` (default: a free port of 127.0.0.1, TCP)
+//! and, with `--grpc-listen` or `--port N` (`0.0.0.0:N`, as gRPC's interop runners pass it),
+//! the same service as standard gRPC over HTTP/2, with health and reflection; port 0 picks
+//! a free port. Once serving, prints `listening on ADDR:PORT` and, for the gRPC face,
+//! `grpc listening on ADDR:PORT` (the real ports) on stdout, which scripts wait for, and
+//! runs until killed. `UnimplementedService` is not served, so its calls get UNIMPLEMENTED
+//! from the framework.
 //!
-//! `--use_tls=false` is accepted for the harness; `--use_tls=true` is refused (exit status 2):
-//! the tcp and verbs transports carry no TLS. `--grpc-listen ADDR:PORT` asks for rpc-core's
-//! standard gRPC (HTTP/2) face, which does not exist yet: it fails with exit status 2.
+//! `--use_tls=false` is accepted for the runners; `--use_tls=true` is refused (exit status
+//! 2): the interop server speaks plaintext.
 //!
-//! Run the cases against it with `interop-client`, or with the stock clients of `interop/`
-//! once the gRPC face exists.
+//! Run the cases against it with `interop-client` (`--transport grpc` for the gRPC face),
+//! or with the stock clients of `interop/`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -34,46 +35,39 @@ fn main() -> ExitCode {
     rpc_examples::init_tracing();
     let service = TestServiceImpl::new();
 
+    let listen = args.listen.as_deref().unwrap_or("127.0.0.1:0");
+    let mut builder = rpc_core::Server::builder().add_service(TestServiceServer::new(service));
     if let Some(addr) = &args.grpc_listen {
-        // rpc-core's gRPC (HTTP/2) face is being written. Once it exists, start it here on
-        // `addr` with `TestServiceServer::new(service.clone())` (clones share one service)
-        // and keep its handle alive next to `server` below.
-        eprintln!(
-            "interop-server: --grpc-listen {addr}: this build of rpc-core has no gRPC (HTTP/2) \
-             face yet; serve this framework's protocol with --listen ADDR:PORT or --port N"
-        );
-        return ExitCode::from(2);
+        builder = builder.grpc_listen(addr);
     }
-    let Some(listen) = &args.listen else {
-        eprintln!("interop-server: nothing to serve: give --listen ADDR:PORT or --port N");
-        return ExitCode::from(2);
-    };
-
-    let server = match rpc_core::Server::builder()
-        .add_service(TestServiceServer::new(service))
-        .serve(listen, args.transport.into())
-    {
+    let server = match builder.serve(listen, args.transport.into()) {
         Ok(server) => server,
         Err(err) => {
             eprintln!(
-                "interop-server: cannot serve on {listen} over {}: {err}",
-                args.transport
+                "interop-server: cannot serve on {listen} over {}{}: {err}",
+                args.transport,
+                args.grpc_listen
+                    .as_ref()
+                    .map(|a| format!(" and gRPC on {a}"))
+                    .unwrap_or_default()
             );
             return ExitCode::FAILURE;
         }
     };
     tracing::info!(
-        "interop-server serving grpc.testing.TestService on {} (transport: {}, requested: {})",
+        "interop-server serving grpc.testing.TestService on {} (transport: {}, requested: {}), gRPC face: {:?}",
         server.local_addr(),
         server.transport_name(),
-        args.transport
+        args.transport,
+        server.grpc_local_addr()
     );
     let mut stdout = std::io::stdout().lock();
-    if writeln!(stdout, "listening on {}", server.local_addr())
-        .and_then(|()| stdout.flush())
-        .is_err()
-    {
-        // Whoever waits for the line is gone; serving on would help nobody.
+    let mut announce = writeln!(stdout, "listening on {}", server.local_addr());
+    if let Some(addr) = server.grpc_local_addr() {
+        announce = announce.and_then(|()| writeln!(stdout, "grpc listening on {addr}"));
+    }
+    if announce.and_then(|()| stdout.flush()).is_err() {
+        // Whoever waits for the lines is gone; serving on would help nobody.
         eprintln!("interop-server: cannot write to stdout");
         return ExitCode::FAILURE;
     }

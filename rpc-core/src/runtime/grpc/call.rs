@@ -48,6 +48,8 @@ pub(crate) struct GrpcCall {
     pub(crate) out: Inbox<Outbound>,
     max_send: usize,
     headers_sent: AtomicBool,
+    /// Client: the call was given up; the request body resets the HTTP/2 stream.
+    given_up: AtomicBool,
     /// Window bytes of received messages the reader has not consumed.
     unread: AtomicU32,
     /// Raised when the reader consumed some.
@@ -63,6 +65,7 @@ impl GrpcCall {
             out: Inbox::new(),
             max_send,
             headers_sent: AtomicBool::new(false),
+            given_up: AtomicBool::new(false),
             unread: AtomicU32::new(0),
             room: Signal::new(false),
             driver: Mutex::new(Driver::default()),
@@ -134,11 +137,19 @@ impl GrpcCall {
         self.out.close(None);
     }
 
-    /// Client: gives the call up: the reader sees `status`, the HTTP/2 stream is reset.
+    /// Client: gives the call up: the reader sees `status`, the HTTP/2 stream is reset
+    /// (RST_STREAM CANCEL, by the request body, which ending the inbox wakes: while the
+    /// request body is open, dropping the response alone resets nothing).
     pub(crate) fn cancel(&self, status: Status) {
         self.shared.end(Err(status));
-        self.out.abandon();
+        self.given_up.store(true, Ordering::Release);
+        self.out.close(None);
         self.abort_driver();
+    }
+
+    /// Client: whether the call was given up.
+    pub(crate) fn is_given_up(&self) -> bool {
+        self.given_up.load(Ordering::Acquire)
     }
 
     /// The reader consumed `bytes` of the window.

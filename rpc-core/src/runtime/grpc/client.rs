@@ -338,13 +338,17 @@ pub(crate) struct ClientBody {
 
 impl http_body::Body for ClientBody {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    /// A CANCEL, which hyper turns into the stream's RST_STREAM.
+    type Error = h2::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         loop {
+            if self.call.is_given_up() {
+                return Poll::Ready(Some(Err(h2::Error::from(h2::Reason::CANCEL))));
+            }
             return match self.call.out.poll_recv(cx) {
                 Poll::Ready(Some(Outbound::Message(message))) => {
                     if self.call.shared().send_ready.raise() {
@@ -353,6 +357,9 @@ impl http_body::Body for ClientBody {
                     Poll::Ready(Some(Ok(Frame::data(message))))
                 }
                 Poll::Ready(Some(_)) => continue,
+                Poll::Ready(None) if self.call.is_given_up() => {
+                    Poll::Ready(Some(Err(h2::Error::from(h2::Reason::CANCEL))))
+                }
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
             };
