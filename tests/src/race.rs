@@ -65,15 +65,19 @@ impl Census {
         self.produced.load(Ordering::SeqCst)
     }
 
-    /// Waits until no handler is live. Never gives up by itself: callers run under
-    /// `scenarios::with_watchdog`, which turns a leaked handler into a failure.
-    pub fn wait_until_idle(&self) {
-        let mut logged = Instant::now();
+    /// Waits until no handler is live; fails if some still are after `limit`. Finishing or
+    /// dropping a handler takes microseconds once its call ended (or was cancelled, or its
+    /// connection lost), so a generous `limit` passing means a handler future was leaked:
+    /// neither finished nor dropped, and never will be.
+    pub fn wait_until_idle(&self, limit: Duration) {
+        let start = Instant::now();
         while self.live() > 0 {
-            if logged.elapsed() > Duration::from_secs(5) {
-                eprintln!("still waiting for handlers to end: {self:?}");
-                logged = Instant::now();
-            }
+            assert!(
+                start.elapsed() < limit,
+                "{} handler future(s) neither finished nor dropped {limit:?} after their calls \
+                 ended: leaked ({self:?})",
+                self.live()
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }

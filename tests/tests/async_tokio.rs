@@ -16,6 +16,10 @@ use rpc_tests::testing::{FloodRequest, Nothing, Payload, SleepRequest};
 
 const T: TransportKind = TransportKind::Tcp;
 
+/// How long handlers may take to be finished or dropped once their calls ended: a bound for
+/// a leak (it takes microseconds), generous for a loaded machine.
+const SETTLE: Duration = Duration::from_secs(20);
+
 /// `testing.Race` on tokio's timers: creating a `tokio::time::Sleep` panics on a thread
 /// outside a tokio runtime's context, so these handlers work only where the server entered
 /// one.
@@ -145,7 +149,7 @@ fn tokio_timers_in_handlers_work_with_thread_context() {
             let server = serve_in(&runtime, &census, Execution::WorkerPool);
             let client = connect(&server);
             naps_and_a_stream_complete(&runtime, &client);
-            census.wait_until_idle();
+            census.wait_until_idle(SETTLE);
             assert_eq!((census.finished(), census.dropped()), (501, 0));
             // The server goes before the runtime whose context its threads entered.
             drop(client);
@@ -165,7 +169,7 @@ fn tokio_timers_in_inline_handlers_work_with_thread_context() {
         let server = serve_in(&runtime, &census, Execution::Inline);
         let client = connect(&server);
         naps_and_a_stream_complete(&runtime, &client);
-        census.wait_until_idle();
+        census.wait_until_idle(SETTLE);
         assert_eq!((census.finished(), census.dropped()), (501, 0));
         drop(client);
         server.shutdown();
@@ -197,7 +201,7 @@ fn without_thread_context_tokio_timers_fail_internal() {
             }));
             let status = result.expect_err("a tokio timer outside a tokio context");
             assert_eq!(status.code(), Code::Internal, "{status}");
-            census.wait_until_idle();
+            census.wait_until_idle(SETTLE);
             assert_eq!((census.finished(), census.dropped()), (0, 1));
             drop(client);
             server.shutdown();
