@@ -3,6 +3,9 @@
 /// End-to-end scenarios shared by the TCP and verbs test suites.
 pub mod scenarios;
 
+/// The `testing.Race` service with counted handlers, for the race and async tests.
+pub mod race;
+
 /// The demo calculator service (`proto/calculator.proto`).
 pub mod calc {
     rpc_core::include_proto!("calc");

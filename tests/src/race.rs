@@ -1,0 +1,189 @@
+//! The `testing.Race` service as the race and async tests serve it: handlers that await
+//! futures-timer timers, each handler's future (or response stream) counted from its start to
+//! its drop, so a test can check that every one of them either finished or was dropped and
+//! none was left behind by a cancel, a deadline or a lost connection.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::BoxStream;
+use futures_timer::Delay;
+use rpc_core::{Request, Response, Status};
+
+use crate::scenarios::payload;
+use crate::testing::race_server::Race;
+use crate::testing::{FloodRequest, Nothing, Payload, SleepRequest};
+
+/// Counts of a server's handler futures (for Flood: the response stream, which outlives the
+/// handler's future and carries its count on).
+#[derive(Debug, Default)]
+pub struct Census {
+    started: AtomicU64,
+    finished: AtomicU64,
+    dropped: AtomicU64,
+    peak: AtomicU64,
+    produced: AtomicU64,
+}
+
+impl Census {
+    /// A census shared by a service and the test that watches it.
+    pub fn new() -> Arc<Census> {
+        Arc::new(Census::default())
+    }
+
+    /// Handlers started.
+    pub fn started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    /// Handlers that ran to their end (a Flood stream: to its last message).
+    pub fn finished(&self) -> u64 {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Handlers dropped before their end (the call was cancelled, expired or lost).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Handlers started and neither finished nor dropped yet.
+    pub fn live(&self) -> u64 {
+        // Ends first: a handler that starts between the two loads is counted as live, never
+        // an end without its start (no underflow).
+        let ended = self.finished() + self.dropped();
+        self.started().saturating_sub(ended)
+    }
+
+    /// The most handlers live at once, as seen when each started.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Flood messages handed to the runtime so far (all streams).
+    pub fn produced(&self) -> u64 {
+        self.produced.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no handler is live; fails if some still are after `limit`. Finishing or
+    /// dropping a handler takes microseconds once its call ended (or was cancelled, or its
+    /// connection lost), so a generous `limit` passing means a handler future was leaked:
+    /// neither finished nor dropped, and never will be.
+    pub fn wait_until_idle(&self, limit: Duration) {
+        let start = Instant::now();
+        while self.live() > 0 {
+            assert!(
+                start.elapsed() < limit,
+                "{} handler future(s) neither finished nor dropped {limit:?} after their calls \
+                 ended: leaked ({self:?})",
+                self.live()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// One handler's place in a [`Census`]: counted as started when made, as finished or
+/// dropped when dropped.
+pub struct Alive {
+    census: Arc<Census>,
+    finished: bool,
+}
+
+impl Alive {
+    /// Counts a handler as started.
+    pub fn new(census: &Arc<Census>) -> Alive {
+        let started = census.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let ended = census.finished() + census.dropped();
+        census
+            .peak
+            .fetch_max(started.saturating_sub(ended), Ordering::SeqCst);
+        Alive {
+            census: Arc::clone(census),
+            finished: false,
+        }
+    }
+
+    /// The handler ran to its end.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        let count = if self.finished {
+            &self.census.finished
+        } else {
+            &self.census.dropped
+        };
+        count.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `testing.Race` on futures-timer timers, counted in `census`.
+pub struct RaceService {
+    /// Where the handlers are counted.
+    pub census: Arc<Census>,
+}
+
+impl RaceService {
+    /// A service counting its handlers in `census`.
+    pub fn new(census: &Arc<Census>) -> RaceService {
+        RaceService {
+            census: Arc::clone(census),
+        }
+    }
+}
+
+/// The nap a `SleepRequest` asks for.
+pub fn nap_of(request: &SleepRequest) -> Duration {
+    Duration::from_millis(u64::from(request.millis))
+        + Duration::from_micros(u64::from(request.micros))
+}
+
+impl Race for RaceService {
+    async fn nap(&self, request: Request<SleepRequest>) -> Result<Response<Nothing>, Status> {
+        let alive = Alive::new(&self.census);
+        // Awaited: the handler holds no thread while the timer runs.
+        Delay::new(nap_of(request.get_ref())).await;
+        alive.finish();
+        Ok(Response::new(Nothing {}))
+    }
+
+    type FloodStream = BoxStream<'static, Result<Payload, Status>>;
+
+    async fn flood(
+        &self,
+        request: Request<FloodRequest>,
+    ) -> Result<Response<Self::FloodStream>, Status> {
+        let alive = Alive::new(&self.census);
+        let census = Arc::clone(&self.census);
+        let FloodRequest {
+            size,
+            count,
+            interval_micros,
+        } = request.into_inner();
+        let interval = Duration::from_micros(u64::from(interval_micros));
+        // The stream carries `alive`: it is what stays of the call once the handler's future
+        // returned, and the runtime drops it when the call ends or is cancelled.
+        let stream = futures::stream::unfold((0u64, alive), move |(id, alive)| {
+            let census = Arc::clone(&census);
+            async move {
+                if count != 0 && id == count {
+                    alive.finish();
+                    return None;
+                }
+                if id > 0 && !interval.is_zero() {
+                    Delay::new(interval).await;
+                }
+                // Counted when handed over: the runtime polls for the next message only once
+                // the previous one left its send queue, so this count is what the server
+                // produced, sent or not.
+                census.produced.fetch_add(1, Ordering::SeqCst);
+                Some((Ok(payload(id, size as usize)), (id + 1, alive)))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
