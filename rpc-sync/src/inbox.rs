@@ -40,6 +40,30 @@ impl Waiter {
     }
 }
 
+/// A wake-up of an inbox's receiver, left for the producer to do once it let go of what it
+/// holds ([`Inbox::push_deferred`]). Dropping it without [`Wake::wake`] loses the wake-up.
+#[must_use = "the receiver sleeps until woken"]
+pub struct Wake(Option<Waiter>);
+
+impl Wake {
+    /// Wakes the receiver if it was waiting; whether it was.
+    pub fn wake(self) -> bool {
+        match self.0 {
+            Some(waiter) => {
+                waiter.wake();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Wake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Wake").field(&self.0.is_some()).finish()
+    }
+}
+
 /// What [`Inbox::push`] did with an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {
@@ -88,41 +112,51 @@ impl<T> Inbox<T> {
 
     /// Queues `item` and wakes the receiver if it waits.
     pub fn push(&self, item: T) -> Pushed {
-        let waiter = {
-            let mut s = self.state.lock();
-            if s.closed || s.abandoned {
-                return Pushed::Refused;
+        match self.push_deferred(item) {
+            Ok(wake) => {
+                if wake.wake() {
+                    Pushed::Woke
+                } else {
+                    Pushed::Stored
+                }
             }
-            s.items.push_back(item);
-            s.waiter.take()
-        };
-        match waiter {
-            Some(w) => {
-                w.wake();
-                Pushed::Woke
-            }
-            None => Pushed::Stored,
+            Err(_) => Pushed::Refused,
         }
+    }
+
+    /// Queues `item` like [`Inbox::push`], but leaves waking the receiver to the returned
+    /// [`Wake`]: a producer that keeps its items in order by pushing them while it holds
+    /// something (a connection's state) wakes the receiver after letting go. `Err(item)`
+    /// when the inbox is closed or abandoned.
+    pub fn push_deferred(&self, item: T) -> Result<Wake, T> {
+        let mut s = self.state.lock();
+        if s.closed || s.abandoned {
+            return Err(item);
+        }
+        s.items.push_back(item);
+        Ok(Wake(s.waiter.take()))
     }
 
     /// Queues `last` (if any) and ends the inbox: the receiver sees `None` once it took
     /// everything. Later pushes and closes are refused; returns whether this call closed it.
     pub fn close(&self, last: Option<T>) -> bool {
-        let waiter = {
-            let mut s = self.state.lock();
-            if s.closed {
-                return false;
-            }
-            s.closed = true;
-            if !s.abandoned {
-                s.items.extend(last);
-            }
-            s.waiter.take()
-        };
-        if let Some(w) = waiter {
-            w.wake();
+        let (closed, wake) = self.close_deferred(last);
+        wake.wake();
+        closed
+    }
+
+    /// [`Inbox::close`], leaving the wake-up to the returned [`Wake`] (see
+    /// [`Inbox::push_deferred`]); the flag says whether this call closed the inbox.
+    pub fn close_deferred(&self, last: Option<T>) -> (bool, Wake) {
+        let mut s = self.state.lock();
+        if s.closed {
+            return (false, Wake(None));
         }
-        true
+        s.closed = true;
+        if !s.abandoned {
+            s.items.extend(last);
+        }
+        (true, Wake(s.waiter.take()))
     }
 
     /// The receiver gives up: queued items are dropped now, later ones on arrival.

@@ -52,7 +52,7 @@ mod task;
 #[cfg(not(loom))]
 pub use counting::CountingAllocator;
 pub use exclusive::{Exclusive, ExclusiveGuard};
-pub use inbox::{Inbox, Pushed, Signal};
+pub use inbox::{Inbox, Pushed, Signal, Wake};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};

@@ -186,6 +186,41 @@ fn inbox_delivers_in_order_then_ends() {
     });
 }
 
+/// Two producers take turns under a lock (as the owners of a connection's state do), each
+/// pushing under it and waking the receiver only after letting go: the receiver gets the
+/// items in the order they were pushed and never sleeps through a deferred wake.
+#[test]
+fn inbox_deferred_wakes_keep_order_and_wake_the_receiver() {
+    loom::model(|| {
+        let inbox = Arc::new(Inbox::new());
+        let turn = Arc::new(loom::sync::Mutex::new(0u32));
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let (inbox, turn) = (Arc::clone(&inbox), Arc::clone(&turn));
+                thread::spawn(move || {
+                    let wake = {
+                        let mut next = turn.lock().unwrap();
+                        let item = *next;
+                        *next += 1;
+                        if item == 1 {
+                            inbox.close_deferred(Some(item)).1
+                        } else {
+                            inbox.push_deferred(item).expect("open")
+                        }
+                    };
+                    wake.wake();
+                })
+            })
+            .collect();
+        assert_eq!(inbox.recv(None), Some(Some(0)));
+        assert_eq!(inbox.recv(None), Some(Some(1)));
+        assert_eq!(inbox.recv(None), Some(None));
+        for p in producers {
+            p.join().unwrap();
+        }
+    });
+}
+
 /// A task polls while the push races its registration: it sees the item or its waker
 /// fires. A receiver that gave up refuses later items.
 #[test]

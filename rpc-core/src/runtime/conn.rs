@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use foldhash::{HashMap, HashMapExt};
-use rpc_sync::{assert_unlocked, Serializer};
+use rpc_sync::{assert_unlocked, Serializer, Wake};
 
 use super::client::CallCell;
 use super::stream::{Cancel, Incoming, StreamShared};
@@ -265,6 +265,66 @@ pub(crate) enum Delivery {
     CancelTask(Arc<dyn Cancel>),
     /// More than one of the above.
     Batch(Vec<Delivery>),
+    // What `Delivery::settle` leaves of the above once their items are in their inboxes:
+    /// A stream's reader to wake.
+    Woken(Wake),
+    /// A message nobody reads any more: its window goes back.
+    Unread {
+        stream: Arc<StreamShared>,
+        len: usize,
+    },
+    /// A stream that ended: its reader to wake, its sender to stop, and (cancelled) its
+    /// task to cancel.
+    Ended {
+        stream: Arc<StreamShared>,
+        wake: Wake,
+        cancelled: bool,
+    },
+}
+
+impl Delivery {
+    /// Puts what a delivery brings a stream into the stream's inbox now, while the
+    /// connection's state is owned, and leaves the rest (waking the reader, stopping the
+    /// sender, cancelling a task) for after it is let go. Deliveries run on whichever
+    /// thread submitted the work, in parallel: pushed later, two messages of one stream
+    /// could overtake each other, and a message overtaken by the stream's END be lost.
+    fn settle(self) -> Delivery {
+        match self {
+            Delivery::Push { stream, item } => {
+                let len = match &item {
+                    Incoming::Message(m) => Some(m.len()),
+                    _ => None,
+                };
+                match (stream.inbox.push_deferred(item), len) {
+                    (Ok(wake), _) => Delivery::Woken(wake),
+                    (Err(_), Some(len)) => Delivery::Unread { stream, len },
+                    (Err(_), None) => Delivery::Batch(Vec::new()),
+                }
+            }
+            Delivery::HalfClosed(stream) => {
+                let (_, wake) = stream
+                    .inbox
+                    .close_deferred(Some(Incoming::End(Ok(MetadataMap::new()))));
+                Delivery::Woken(wake)
+            }
+            Delivery::End { stream, end } => {
+                let cancelled = end.is_err();
+                if cancelled {
+                    stream.mark_cancelled();
+                }
+                let (_, wake) = stream.inbox.close_deferred(Some(Incoming::End(end)));
+                Delivery::Ended {
+                    stream,
+                    wake,
+                    cancelled,
+                }
+            }
+            Delivery::Batch(all) => {
+                Delivery::Batch(all.into_iter().map(Delivery::settle).collect())
+            }
+            other => other,
+        }
+    }
 }
 
 /// Server: a call for a handler.
@@ -382,7 +442,7 @@ impl Conn {
     pub(crate) fn submit(self: &Arc<Self>, work: Work) {
         self.state.submit(
             work,
-            &mut |owned, work| self.step(owned, work),
+            &mut |owned, work| self.step(owned, work).map(Delivery::settle),
             &mut |delivery| self.deliver(delivery),
         );
     }
@@ -1224,27 +1284,32 @@ impl Conn {
                 }
             }
             Delivery::Complete { cell, result } => cell.complete(result),
-            Delivery::Push { stream, item } => {
-                let len = match &item {
-                    Incoming::Message(m) => Some(m.len()),
-                    _ => None,
-                };
-                if !stream.push(item) {
-                    // Nobody reads the stream any more: its window comes back at once.
-                    if let Some(len) = len {
-                        stream.consumed(&super::port::Port::Conn(Arc::clone(self)), &stream, len);
-                    }
+            // `settle` turned these into the ones below before the state was let go.
+            Delivery::Push { .. } | Delivery::HalfClosed(_) | Delivery::End { .. } => {
+                unreachable!("a stream delivery that was not settled")
+            }
+            Delivery::Woken(wake) => {
+                if wake.wake() {
+                    super::woke_a_thread();
                 }
             }
-            Delivery::HalfClosed(stream) => {
-                stream
-                    .inbox
-                    .close(Some(Incoming::End(Ok(MetadataMap::new()))));
+            Delivery::Unread { stream, len } => {
+                // Nobody reads the stream any more: its window comes back at once.
+                stream.consumed(&super::port::Port::Conn(Arc::clone(self)), &stream, len);
             }
-            Delivery::End { stream, end } => match end {
-                Ok(trailers) => stream.end(Ok(trailers)),
-                Err(status) => stream.cancel(status),
-            },
+            Delivery::Ended {
+                stream,
+                wake,
+                cancelled,
+            } => {
+                if wake.wake() {
+                    super::woke_a_thread();
+                }
+                stream.finish();
+                if cancelled {
+                    stream.cancel_task();
+                }
+            }
             Delivery::Ready(stream) => {
                 if stream.send_ready.raise() {
                     super::woke_a_thread();

@@ -4,7 +4,7 @@
 //! waiting in memory without limit. Woken tasks are always queued: each is queued at most
 //! once at a time (see `rpc_sync::Task`), so they are bounded by the calls in progress.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -36,9 +36,37 @@ pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
 struct Queue {
     work: Sender<Work>,
+    /// The other end, for draining what is left once the workers stopped.
+    left: Receiver<Work>,
     /// Calls queued and not picked up yet.
     queued_calls: AtomicUsize,
     max_queued: usize,
+    /// The workers stopped: whoever queues work must see that it is done.
+    stopped: AtomicBool,
+}
+
+impl Queue {
+    /// Finishes what nobody will run: calls are answered UNAVAILABLE, tasks are cancelled
+    /// and run once, which drops their futures (and what those hold: the call, its
+    /// connection). A task woken by that lands here again and is handled the same way.
+    fn drain(&self) {
+        while let Ok(work) = self.left.try_recv() {
+            match work {
+                Work::Call(job) => {
+                    self.queued_calls.fetch_sub(1, Ordering::AcqRel);
+                    drop(job.request);
+                    job.reply.fail(crate::Status::unavailable(
+                        "the server shut down before the call's handler ran",
+                    ));
+                }
+                Work::Task(task) => {
+                    task.cancel();
+                    task.run();
+                }
+                Work::Stop => {}
+            }
+        }
+    }
 }
 
 /// Where woken handler tasks go: the pool's queue.
@@ -50,6 +78,11 @@ impl Schedule for Spawner {
         // Unbounded by design, bounded in fact: see the module docs.
         if self.0.work.send(Work::Task(task)).is_ok() {
             super::woke_a_thread();
+        }
+        // Woken after the workers stopped (by a timer, a late connection close): nobody
+        // else will take it, and a task left queued would keep its future forever.
+        if self.0.stopped.load(Ordering::SeqCst) {
+            self.0.drain();
         }
     }
 
@@ -78,8 +111,10 @@ impl WorkerPool {
         let (tx, rx) = channel::unbounded::<Work>();
         let queue = Arc::new(Queue {
             work: tx,
+            left: rx.clone(),
             queued_calls: AtomicUsize::new(0),
             max_queued: max_queued.max(1),
+            stopped: AtomicBool::new(false),
         });
         let mut threads = Vec::with_capacity(size);
         for i in 0..size.max(1) {
@@ -113,6 +148,9 @@ impl WorkerPool {
     /// stopped).
     pub(crate) fn execute(&self, job: Job) -> Option<Job> {
         let q = &self.queue;
+        if q.stopped.load(Ordering::SeqCst) {
+            return Some(job);
+        }
         if q.queued_calls.fetch_add(1, Ordering::AcqRel) >= q.max_queued {
             q.queued_calls.fetch_sub(1, Ordering::AcqRel);
             return Some(job);
@@ -134,7 +172,8 @@ impl WorkerPool {
         }
     }
 
-    /// Lets queued work finish, then joins the workers.
+    /// Lets queued work finish, then joins the workers; what is queued after that is
+    /// finished by [`Queue::drain`] (tasks woken later too, by whoever wakes them).
     pub(crate) fn shutdown(&self) {
         let threads = std::mem::take(&mut *self.threads.lock());
         for _ in &threads {
@@ -143,6 +182,8 @@ impl WorkerPool {
         for t in threads {
             let _ = t.join();
         }
+        self.queue.stopped.store(true, Ordering::SeqCst);
+        self.queue.drain();
     }
 }
 

@@ -125,9 +125,20 @@ impl StreamShared {
     /// Server: the peer cancelled the call (or it was lost): the reader sees `status`, the
     /// sender stops, the handler's task is cancelled (its future dropped).
     pub(crate) fn cancel(&self, status: Status) {
-        self.cancelled.store(true, Ordering::SeqCst);
+        self.mark_cancelled();
         self.end(Err(status));
-        let task = self.task.lock().clone();
+        self.cancel_task();
+    }
+
+    /// The peer gave the call up (the first part of [`StreamShared::cancel`]).
+    pub(crate) fn mark_cancelled(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+    }
+
+    /// Cancels the handler's task, letting go of it: the call no longer keeps it (nor,
+    /// through it, itself) alive.
+    pub(crate) fn cancel_task(&self) {
+        let task = self.task.lock().take();
         if let Some(t) = task {
             t.cancel();
         }
