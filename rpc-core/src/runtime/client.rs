@@ -1094,6 +1094,14 @@ impl<Req: prost::Message, Resp: prost::Message + Default> StreamingCall<Req, Res
         self.sender.send_async(message).await
     }
 
+    /// Gives the call up: the server is told and its handler cancelled, and the responses
+    /// end with CANCELLED (what [`StreamingCall::recv`] returns next). Dropping the handle
+    /// cancels too, without a status to read.
+    pub fn cancel(&mut self) {
+        self.closed = true;
+        self.responses.cancel();
+    }
+
     /// Ends the requests (the server sees the end of its request stream); blocks while the
     /// last request waits for the server's window.
     pub fn close_send(&mut self) {

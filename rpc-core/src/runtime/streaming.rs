@@ -124,7 +124,26 @@ impl<T> Streaming<T> {
         if self.done {
             return None;
         }
+        if self.pump.is_some() {
+            // Requests still to pull (an async bidi call read blocking): poll both, parked
+            // in between, as an executor would.
+            return block_on(std::future::poll_fn(|cx| self.poll_item(cx)));
+        }
         self.shared.inbox.recv(None).flatten()
+    }
+
+    /// Client: gives the call up now. The server is told (CANCEL; over gRPC, RST_STREAM),
+    /// its handler is cancelled, and this stream ends with CANCELLED, which the next read
+    /// returns (dropping the stream cancels too, but leaves nothing to read the status
+    /// from). No effect on a stream that already ended, nor on a server's request stream.
+    pub fn cancel(&mut self) {
+        if self.reader == Reader::Client && !self.done && !self.shared.is_finished() {
+            self.pump = None;
+            self.port.cancel(
+                &self.shared,
+                Status::cancelled(format!("{}: cancelled by the client", self.path)),
+            );
+        }
     }
 
     /// Client: waits for the response headers (or the first message, or the end) and
@@ -324,6 +343,28 @@ impl<T: prost::Message + Default> Iterator for BlockingIter<T> {
 }
 
 impl<T> Unpin for Streaming<T> {}
+
+/// Wakes a thread parked in [`block_on`].
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs `future` on this thread, parking it while the future waits.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
 
 impl<T> Drop for Streaming<T> {
     fn drop(&mut self) {
