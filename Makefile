@@ -109,10 +109,12 @@ test-verbs-2hosts: setup test-list
 test-verbs-native: test-list
 	RPC_TEST_VERBS_ADDR=$(VERBS_ADDR) scripts/verbs-tests $(TEST_LIST)
 
-# The benchmarks (BENCHMARKS.md), about 5 minutes after the build: TCP on this machine (ours,
-# a raw TCP ping-pong, tonic), idle CPU, instructions per call (callgrind), criterion
-# micro-benchmarks, then ours next to perftest over verbs in one Soft-RoCE VM boot. Writes
-# $(TARGET_DIR)/bench/results.json and results.md; fails if any part did.
+# The benchmarks (BENCHMARKS.md), about 7 minutes after the build: TCP on this machine (ours,
+# a raw TCP ping-pong, tonic; at 64 B also our gRPC face and one server stream), idle CPU,
+# instructions per call (callgrind), allocations per call (sync and async handlers),
+# criterion micro-benchmarks, then ours next to perftest over verbs in one Soft-RoCE VM boot.
+# Writes $(TARGET_DIR)/bench/results.json and results.md; fails if any part did. The A/B
+# comparison of two commits is separate: scripts/bench-ab [OLD [NEW]] (BENCHMARKS.md).
 bench: setup
 	$(CARGO) build --release -p rpc-benches $(FEATURES)
 	CARGO='$(CARGO)' FEATURES='$(FEATURES)' TARGET_DIR='$(TARGET_DIR)' \
