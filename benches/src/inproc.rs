@@ -51,7 +51,7 @@ impl InprocResult {
     pub fn to_json(&self, calls: u64) -> String {
         let allocs = self
             .allocations_per_call
-            .map_or("null".to_owned(), |a| format!("{a:.4}"));
+            .map_or("null".to_owned(), |a| format!("{a:.6}"));
         format!(
             "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4}}}",
             self.window, self.failed, self.wakeups_per_call
