@@ -1,4 +1,4 @@
-//! The `rpc-bench` command line: one subcommand (`serve`, `load`, `idle`, `inproc`,
+//! The `rpc-bench` command line: one subcommand (`serve`, `load`, `stream`, `idle`, `inproc`,
 //! `tcp-conns`) followed
 //! by `--flag VALUE` options (also `--flag=VALUE`), `--help` for each, and errors that name
 //! the offending option.
@@ -20,6 +20,7 @@
 use std::fmt;
 
 use crate::report::LoadParams;
+use crate::stream::StreamParams;
 
 /// Which implementation serves or is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +72,10 @@ pub struct ServeArgs {
     pub transport: rpc_core::TransportKind,
     /// Ring of `ours` (`--slot-count`, `--slot-size`; the rest default).
     pub ring: rpc_core::RingConfig,
+    /// `ours`: the async handlers (rpc-codegen's default) instead of the synchronous ones.
+    pub async_handlers: bool,
+    /// `ours`: also serve the standard gRPC face (HTTP/2) on this `ADDR:PORT`.
+    pub grpc_listen: Option<String>,
 }
 
 /// `rpc-bench load`.
@@ -84,6 +89,17 @@ pub struct LoadArgs {
     pub transport: rpc_core::TransportKind,
     /// Size, concurrency and number of calls.
     pub params: LoadParams,
+}
+
+/// `rpc-bench stream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamArgs {
+    /// `ADDR:PORT` of an `ours` server started with `--async`.
+    pub connect: String,
+    /// Transport (`tcp`, `verbs` or `auto`).
+    pub transport: rpc_core::TransportKind,
+    /// Message size, messages of the measured and of the warm-up stream.
+    pub params: StreamParams,
 }
 
 /// `rpc-bench idle`.
@@ -112,6 +128,8 @@ pub struct InprocArgs {
     pub pool: bool,
     /// Keep the default spin settings (for counting wake-ups) instead of none (for callgrind).
     pub default_spin: bool,
+    /// Serve the async handlers (rpc-codegen's default) instead of the synchronous ones.
+    pub async_handlers: bool,
 }
 
 /// `rpc-bench tcp-conns`.
@@ -128,6 +146,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Measure latency and call rate against a server.
     Load(LoadArgs),
+    /// Measure the message rate of one server stream of ours.
+    Stream(StreamArgs),
     /// Measure an idle `ours` server's CPU use.
     Idle(IdleArgs),
     /// Make echo calls over the in-process transport (for instruction counting).
@@ -151,11 +171,12 @@ rpc-bench: rpc-core next to a raw TCP ping-pong and tonic (gRPC over HTTP/2)
 
 usage:
   rpc-bench serve  --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
-                   [--slot-count N --slot-size N]
+                   [--slot-count N --slot-size N] [--async] [--grpc-listen ADDR:PORT]
   rpc-bench load   --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
                    --size N --outstanding N --count N [--warmup N]
+  rpc-bench stream --connect ADDR:PORT [--transport tcp|verbs] --size N --count N [--warmup N]
   rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
-  rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
+  rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin] [--async]
   rpc-bench tcp-conns [--conns 2000]
 
 `rpc-bench COMMAND --help` describes each command.
@@ -163,7 +184,7 @@ usage:
 
 const SERVE_USAGE: &str = "\
 usage: rpc-bench serve --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
-                       [--slot-count N --slot-size N]
+                       [--slot-count N --slot-size N] [--async] [--grpc-listen ADDR:PORT]
 
 Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
   ours   rpc-core's Server with the generated echo.Echo service, handler inline on the
@@ -172,7 +193,26 @@ Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
          connection, blocking reads and writes, TCP_NODELAY
   tonic  tonic's gRPC server (HTTP/2) on a multi-threaded tokio runtime (one worker per CPU)
 --slot-count and --slot-size set ours' ring (default 64 slots of 8 KiB).
+--async (ours): the handlers rpc-codegen generates by default, `async fn`s (still inline: a
+         handler's task is first polled on the poller), with an EchoRepeat that streams
+         as fast as flow control allows (what `rpc-bench stream` measures)
+--grpc-listen (ours): also serve the standard gRPC face (HTTP/2, plaintext) on ADDR:PORT,
+         for stock gRPC clients such as `rpc-bench load --system tonic`
 A line on stderr says where it listens (port 0 picks a free port).
+";
+
+const STREAM_USAGE: &str = "\
+usage: rpc-bench stream --connect ADDR:PORT [--transport tcp|verbs] --size N --count N
+                        [--warmup N]
+
+Against `rpc-bench serve --system ours --async`: one connection, an unmeasured EchoRepeat
+stream of --warmup messages (default count/10), then the measured stream of --count
+messages of --size bytes, read with the blocking API; every message is checked against the
+request's payload. Prints one JSON line on stdout:
+  {\"system\":\"ours\",\"transport\":..,\"kind\":\"server_stream\",\"size\":..,\"count\":..,
+   \"received\":..,\"messages_per_s\":..,\"first_message_us\":..,\"errors\":..}
+messages_per_s is the measured stream's messages over the time from issuing the call to its
+end. Exits with status 1 if a stream failed, ended early or carried a wrong message.
 ";
 
 const LOAD_USAGE: &str = "\
@@ -209,7 +249,8 @@ const INPROC_USAGE: &str = "\
 usage: rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
 
 In one process: an `ours` echo server on mem:bench (the in-process transport), handler
-inline, and a client making N blocking calls of --size bytes. Both pollers sleep as soon as
+inline (--pool: on the worker pool; --async: the async handler rpc-codegen generates by
+default), and a client making N blocking calls of --size bytes. Both pollers sleep as soon as
 their queue is empty (idle spin 0), so no busy-polling is counted. Prints {\"calls\":N}.
 Meant to run under `valgrind --tool=callgrind` with two values of N: the difference of
 the instruction counts divided by the difference of N is the cost of one round trip.
@@ -240,6 +281,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError
         "-h" | "--help" | "help" => Err(CliError::Help(USAGE.to_owned())),
         "serve" => with_usage(SERVE_USAGE, parse_serve(&rest)),
         "load" => with_usage(LOAD_USAGE, parse_load(&rest)),
+        "stream" => with_usage(STREAM_USAGE, parse_stream(&rest)),
         "idle" => with_usage(IDLE_USAGE, parse_idle(&rest)),
         "inproc" => with_usage(INPROC_USAGE, parse_inproc(&rest)),
         "tcp-conns" => with_usage(CONNS_USAGE, parse_conns(&rest)),
@@ -361,11 +403,27 @@ fn parse_transport(
 }
 
 fn parse_serve(args: &[String]) -> Result<Command, Failure> {
+    let (flags, rest): (Vec<String>, Vec<String>) =
+        args.iter().cloned().partition(|a| a == "--async");
     let opts = Options::parse(
-        args,
-        &["system", "listen", "transport", "slot-count", "slot-size"],
+        &rest,
+        &[
+            "system",
+            "listen",
+            "transport",
+            "slot-count",
+            "slot-size",
+            "grpc-listen",
+        ],
     )?;
     let system = System::parse(opts.required("system")?).map_err(Failure::Invalid)?;
+    let async_handlers = !flags.is_empty();
+    let grpc_listen = opts.get("grpc-listen").map(str::to_owned);
+    if system != System::Ours && (async_handlers || grpc_listen.is_some()) {
+        return Err(Failure::Invalid(format!(
+            "--async and --grpc-listen apply to --system ours only, not {system}"
+        )));
+    }
     let default = rpc_core::RingConfig::DEFAULT;
     let ring = rpc_core::RingConfig {
         slot_count: ring_value(&opts, "slot-count", default.slot_count)?,
@@ -379,6 +437,8 @@ fn parse_serve(args: &[String]) -> Result<Command, Failure> {
         listen: opts.required("listen")?.to_owned(),
         transport: parse_transport(&opts, Some(system))?,
         ring,
+        async_handlers,
+        grpc_listen,
     }))
 }
 
@@ -447,6 +507,37 @@ fn parse_load(args: &[String]) -> Result<Command, Failure> {
     }))
 }
 
+fn parse_stream(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["connect", "transport", "size", "count", "warmup"])?;
+    let connect = opts.required("connect")?.to_owned();
+    let transport = parse_transport(&opts, Some(System::Ours))?;
+    let size = usize::try_from(opts.required_number("size")?)
+        .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
+    if size > u32::MAX as usize / 2 {
+        return Err(Failure::Invalid("--size is too large".to_owned()));
+    }
+    let count = opts.required_number("count")?;
+    if count == 0 || count > crate::stream::MAX_COUNT {
+        return Err(Failure::Invalid(format!(
+            "--count must be between 1 and {}",
+            crate::stream::MAX_COUNT
+        )));
+    }
+    let warmup = opts
+        .number("warmup")?
+        .unwrap_or(count / 10)
+        .min(crate::stream::MAX_COUNT);
+    Ok(Command::Stream(StreamArgs {
+        connect,
+        transport,
+        params: StreamParams {
+            size,
+            count,
+            warmup,
+        },
+    }))
+}
+
 fn parse_idle(args: &[String]) -> Result<Command, Failure> {
     let opts = Options::parse(args, &["connections", "seconds", "transport", "addr"])?;
     let connections = opts.number("connections")?.unwrap_or(64);
@@ -478,7 +569,7 @@ fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
     let (flags, rest): (Vec<String>, Vec<String>) = args
         .iter()
         .cloned()
-        .partition(|a| a == "--pool" || a == "--default-spin");
+        .partition(|a| a == "--pool" || a == "--default-spin" || a == "--async");
     let opts = Options::parse(&rest, &["calls", "size", "warmup"])?;
     let size = usize::try_from(opts.number("size")?.unwrap_or(64))
         .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
@@ -490,6 +581,7 @@ fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
         warmup,
         pool: flags.iter().any(|f| f == "--pool"),
         default_spin: flags.iter().any(|f| f == "--default-spin"),
+        async_handlers: flags.iter().any(|f| f == "--async"),
     }))
 }
 
@@ -511,6 +603,8 @@ mod tests {
                 listen: "127.0.0.1:0".to_owned(),
                 transport: rpc_core::TransportKind::Tcp,
                 ring: rpc_core::RingConfig::DEFAULT,
+                async_handlers: false,
+                grpc_listen: None,
             })
         );
     }
@@ -572,5 +666,42 @@ mod tests {
             panic!("serve with a ring")
         };
         assert_eq!((serve.ring.slot_count, serve.ring.slot_size), (4, 1024));
+    }
+
+    #[test]
+    fn async_face_and_stream() {
+        let Ok(Command::Serve(serve)) = parse(args(
+            "serve --system ours --async --listen a:1 --grpc-listen 127.0.0.1:0",
+        )) else {
+            panic!("serve --async --grpc-listen")
+        };
+        assert!(serve.async_handlers);
+        assert_eq!(serve.grpc_listen.as_deref(), Some("127.0.0.1:0"));
+        assert!(matches!(
+            parse(args("serve --system tonic --listen a:1 --async")),
+            Err(CliError::Invalid(msg, _)) if msg.contains("--system ours only")
+        ));
+        let Ok(Command::Stream(stream)) = parse(args(
+            "stream --connect a:1 --transport verbs --size 64 --count 1000",
+        )) else {
+            panic!("stream")
+        };
+        assert_eq!(stream.transport, rpc_core::TransportKind::Verbs);
+        assert_eq!(
+            stream.params,
+            StreamParams {
+                size: 64,
+                count: 1000,
+                warmup: 100
+            }
+        );
+        assert!(matches!(
+            parse(args("stream --connect a:1 --size 64 --count 0")),
+            Err(CliError::Invalid(msg, _)) if msg.starts_with("--count must be")
+        ));
+        let Ok(Command::Inproc(inproc)) = parse(args("inproc --calls 10 --async --pool")) else {
+            panic!("inproc --async")
+        };
+        assert!(inproc.async_handlers && inproc.pool && !inproc.default_spin);
     }
 }

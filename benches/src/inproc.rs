@@ -5,7 +5,9 @@
 //! the wake-ups of sleeping threads), its handler inline on the poller; a client in the same
 //! process makes `calls` blocking echo calls and checks every reply.
 //!
-//! `--pool` runs the handler on the worker pool instead. The calls after `--warmup` form the
+//! `--pool` runs the handler on the worker pool instead; `--async` serves the async handler
+//! rpc-codegen generates by default ([`crate::ours::AsyncEchoService`]: an `async fn` run
+//! as a task, whose future finishes on its first poll) instead of the synchronous one. The calls after `--warmup` form the
 //! counted window: allocations (through the binary's counting allocator) and the wake-ups the
 //! runtime issued (`rpc_core::wakeups_issued`), per call. For those counts `--default-spin`
 //! keeps the default spin settings; without it (for callgrind) both pollers are given an idle
@@ -49,7 +51,7 @@ impl InprocResult {
     pub fn to_json(&self, calls: u64) -> String {
         let allocs = self
             .allocations_per_call
-            .map_or("null".to_owned(), |a| format!("{a:.4}"));
+            .map_or("null".to_owned(), |a| format!("{a:.6}"));
         format!(
             "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4}}}",
             self.window, self.failed, self.wakeups_per_call
@@ -72,9 +74,16 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
     } else {
         Execution::Inline
     };
+    let server_builder = server_builder.workers(1);
+    let server_builder = if args.async_handlers {
+        server_builder.add_service_with(
+            crate::echo_async::echo_server::EchoServer::new(crate::ours::AsyncEchoService),
+            execution,
+        )
+    } else {
+        server_builder.add_service_with(EchoServer::new(crate::ours::EchoService), execution)
+    };
     let server = server_builder
-        .workers(1)
-        .add_service_with(EchoServer::new(crate::ours::EchoService), execution)
         .serve(ADDR, TransportKind::Tcp) // not used: `mem:` always means the memory transport
         .map_err(|e| format!("cannot serve on {ADDR}: {e}"))?;
     let client = client_builder
@@ -119,17 +128,25 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
 
 #[cfg(test)]
 mod tests {
+    // One test: every run binds the same in-process address.
     #[test]
     fn round_trips_in_process() {
-        let args = crate::cli::InprocArgs {
-            calls: 50,
-            size: 100,
-            warmup: 10,
-            pool: false,
-            default_spin: false,
-        };
-        let result = super::run(&args, None).unwrap();
-        assert_eq!(result.failed, 0);
-        assert_eq!(result.window, 40);
+        for (pool, default_spin, async_handlers) in [
+            (false, false, false),
+            (false, true, true),
+            (true, true, true),
+        ] {
+            let args = crate::cli::InprocArgs {
+                calls: 50,
+                size: 100,
+                warmup: 10,
+                pool,
+                default_spin,
+                async_handlers,
+            };
+            let result = super::run(&args, None).unwrap();
+            assert_eq!(result.failed, 0, "{args:?}");
+            assert_eq!(result.window, 40);
+        }
     }
 }

@@ -32,6 +32,11 @@
 //! * `rpc-bench tcp-conns` ([`conns`]): the threads of an `ours` TCP server (in a child
 //!   process) holding 2,000 connections, each of which made one call, from
 //!   `/proc/PID/status`.
+//! * `rpc-bench stream` ([`stream`]): the message rate of one server stream of an `ours`
+//!   server with async handlers (`serve --system ours --async`), read by a blocking client.
+//! * `serve --system ours --grpc-listen ADDR` also serves the echo service on rpc-core's
+//!   standard gRPC face (HTTP/2), which `load --system tonic` (tonic's client) measures like
+//!   tonic's own server.
 //! * `rpc-bench inproc` ([`inproc`]): N round trips over the in-process transport with
 //!   pollers that never busy-poll, to be run under `valgrind --tool=callgrind` twice: the
 //!   difference in instructions over the difference in N is the instruction cost of one call.
@@ -58,11 +63,19 @@ pub mod ours;
 pub mod payload;
 pub mod raw_tcp;
 pub mod report;
+pub mod stream;
 
 /// The `echo` package as rpc-codegen generates it: messages, `echo_client::EchoClient` and
 /// `echo_server::{Echo, EchoServer}` for rpc-core.
 pub mod echo {
     include!(concat!(env!("OUT_DIR"), "/ours/echo.rs"));
+}
+
+/// The `echo` package as rpc-codegen generates it by default, with async handlers
+/// (`echo_server::Echo` has `async fn`s and a `Stream` of responses): the servers of
+/// `--async`, `rpc-bench stream` and the gRPC face.
+pub mod echo_async {
+    include!(concat!(env!("OUT_DIR"), "/ours_async/echo.rs"));
 }
 
 /// The `echo` package as tonic-prost-build generates it: messages, `echo_client::EchoClient`

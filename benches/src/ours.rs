@@ -7,6 +7,11 @@
 //! for 1 ms after their last completion, then sleep; a blocking caller parks until its
 //! poller wakes it (`RPC_SPIN_US` / `RPC_IDLE_SPIN_US` change that without rebuilding).
 //!
+//! [`AsyncEchoService`] is the same service with rpc-codegen's default, async handlers
+//! ([`serve_async_with`], `rpc-bench serve --system ours --async`): its unary handler is an
+//! `async fn` (run as a task, first polled inline) and its `EchoRepeat` returns a
+//! [`Repeat`] stream, sent as fast as the call's flow control lets it go.
+//!
 //! Load: at outstanding 1 every call is a blocking [`EchoClient::echo`]. At outstanding N
 //! one thread keeps a window of N [`EchoClient::echo_async`] futures: it
 //! [`wait`](rpc_core::ResponseFuture::wait)s for the oldest, checks it, and issues the next
@@ -15,6 +20,8 @@
 //! for the raw TCP pipeline).
 
 use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use rpc_core::{
@@ -54,6 +61,71 @@ impl Echo for EchoService {
     }
 }
 
+/// The echo service with async handlers (rpc-codegen's default): the unary handler is an
+/// `async fn` that finishes on its first poll, and `EchoRepeat` streams [`Repeat`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AsyncEchoService;
+
+impl crate::echo_async::echo_server::Echo for AsyncEchoService {
+    async fn echo(
+        &self,
+        request: Request<crate::echo_async::EchoRequest>,
+    ) -> Result<Response<crate::echo_async::EchoReply>, Status> {
+        Ok(Response::new(crate::echo_async::EchoReply {
+            payload: request.into_inner().payload,
+        }))
+    }
+
+    type EchoRepeatStream = Repeat;
+
+    async fn echo_repeat(
+        &self,
+        request: Request<crate::echo_async::EchoRepeatRequest>,
+    ) -> Result<Response<Repeat>, Status> {
+        let crate::echo_async::EchoRepeatRequest {
+            payload,
+            count,
+            interval_ms,
+        } = request.into_inner();
+        if interval_ms != 0 {
+            return Err(Status::invalid_argument(
+                "this benchmark server streams as fast as it can: interval_ms must be 0",
+            ));
+        }
+        Ok(Response::new(Repeat {
+            payload,
+            left: count,
+        }))
+    }
+}
+
+/// `left` copies of `payload`, each ready as soon as it is polled for: the stream never
+/// holds the sender back, so the call's flow control alone sets the pace.
+#[derive(Debug, Clone)]
+pub struct Repeat {
+    payload: Vec<u8>,
+    left: u32,
+}
+
+impl rpc_core::codegen::Stream for Repeat {
+    type Item = Result<crate::echo_async::EchoReply, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        this.left -= 1;
+        Poll::Ready(Some(Ok(crate::echo_async::EchoReply {
+            payload: this.payload.clone(),
+        })))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
 /// Starts the echo server on `listen` (`ip:port`, port 0 for a free one, or `mem:NAME`).
 pub fn serve(listen: &str, transport: TransportKind) -> Result<Server, Error> {
     serve_with(Server::builder(), listen, transport)
@@ -68,6 +140,23 @@ pub fn serve_with(
     builder
         .workers(1)
         .add_service_with(EchoServer::new(EchoService), Execution::Inline)
+        .serve(listen, transport)
+}
+
+/// [`serve_with`] with the async handlers of [`AsyncEchoService`] (also inline: a future
+/// that does not finish on its first poll, such as a stream waiting for its window, goes on
+/// on the worker pool when woken).
+pub fn serve_async_with(
+    builder: rpc_core::ServerBuilder,
+    listen: &str,
+    transport: TransportKind,
+) -> Result<Server, Error> {
+    builder
+        .workers(1)
+        .add_service_with(
+            crate::echo_async::echo_server::EchoServer::new(AsyncEchoService),
+            Execution::Inline,
+        )
         .serve(listen, transport)
 }
 

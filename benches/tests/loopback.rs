@@ -5,6 +5,7 @@
 use std::process::Command;
 
 use rpc_benches::report::{LoadParams, LoadResult};
+use rpc_benches::stream::{self, StreamParams};
 use rpc_benches::{grpc, ours, raw_tcp};
 
 fn params(size: usize, outstanding: usize) -> LoadParams {
@@ -40,6 +41,65 @@ fn ours_over_tcp() {
         assert_eq!((r.system.as_str(), r.transport.as_str()), ("ours", "tcp"));
     }
     server.shutdown();
+}
+
+#[test]
+fn ours_async_stream_and_grpc_face() {
+    let server = ours::serve_async_with(
+        rpc_core::Server::builder().grpc_listen("127.0.0.1:0"),
+        "127.0.0.1:0",
+        rpc_core::TransportKind::Tcp,
+    )
+    .unwrap();
+    // One server stream, segmented messages included.
+    for size in [64, 20_000] {
+        let params = StreamParams {
+            size,
+            count: 500,
+            warmup: 50,
+        };
+        let r = stream::run(server.local_addr(), rpc_core::TransportKind::Tcp, params);
+        assert_eq!(r.errors, 0, "{:?}", r.first_error);
+        assert_eq!(r.received, 500);
+        assert!(
+            r.messages_per_s > 0.0 && r.first_message_us.is_some(),
+            "{r:?}"
+        );
+    }
+    // The async unary handler, natively and behind the gRPC face (tonic's client).
+    for (size, outstanding) in LOADS {
+        assert_clean(&ours::load(
+            server.local_addr(),
+            rpc_core::TransportKind::Tcp,
+            params(size, outstanding),
+        ));
+    }
+    let face = server.grpc_local_addr().expect("a gRPC face").to_string();
+    for (size, outstanding) in LOADS {
+        assert_clean(&grpc::load(&face, params(size, outstanding)));
+    }
+    server.shutdown();
+}
+
+#[test]
+fn stream_against_nobody_fails() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let params = StreamParams {
+        size: 64,
+        count: 10,
+        warmup: 1,
+    };
+    let r = stream::run(
+        &format!("127.0.0.1:{port}"),
+        rpc_core::TransportKind::Tcp,
+        params,
+    );
+    assert_eq!(r.errors, 11, "{r:?}");
+    assert!(r.to_json().contains("\"first_message_us\":null"));
 }
 
 #[test]

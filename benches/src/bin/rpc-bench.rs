@@ -3,8 +3,10 @@
 //!
 //! ```text
 //! rpc-bench serve  --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
+//!                  [--async] [--grpc-listen ADDR:PORT]
 //! rpc-bench load   --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
 //!                  --size N --outstanding N --count N [--warmup N]
+//! rpc-bench stream --connect ADDR:PORT [--transport tcp|verbs] --size N --count N
 //! rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
 //! rpc-bench inproc --calls N [--size 64]
 //! rpc-bench tcp-conns [--conns 2000]
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 static ALLOCATOR: rpc_sync::CountingAllocator = rpc_sync::CountingAllocator;
 
 use rpc_benches::cli::{self, CliError, Command, LoadArgs, ServeArgs, System};
-use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp};
+use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp, stream};
 
 fn main() -> ExitCode {
     let command = match cli::parse(std::env::args().skip(1)) {
@@ -34,6 +36,19 @@ fn main() -> ExitCode {
     match command {
         Command::Serve(args) => serve(&args),
         Command::Load(args) => load(&args),
+        Command::Stream(args) => {
+            let result = stream::run(&args.connect, args.transport, args.params);
+            println!("{}", result.to_json());
+            if result.errors > 0 {
+                eprintln!(
+                    "rpc-bench stream: {} messages missing or wrong; first: {}",
+                    result.errors,
+                    result.first_error.as_deref().unwrap_or("(unknown)")
+                );
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
         Command::Idle(args) => print_json("idle", idle::run(&args).map(|r| r.to_json())),
         Command::TcpConns(args) => print_json("tcp-conns", conns::run(&args).map(|r| r.to_json())),
         Command::Inproc(args) => {
@@ -80,13 +95,12 @@ fn serve(args: &ServeArgs) -> ExitCode {
     }
     // Each arm keeps its server alive in `_running` for as long as the process lives.
     let (_running, local, transport): (Box<dyn std::any::Any>, String, String) = match args.system {
-        System::Ours => match ours::serve_with(
-            rpc_core::Server::builder().ring(args.ring),
-            &args.listen,
-            args.transport,
-        ) {
+        System::Ours => match serve_ours(args) {
             Ok(server) => {
-                let local = server.local_addr().to_owned();
+                let mut local = server.local_addr().to_owned();
+                if let Some(face) = server.grpc_local_addr() {
+                    local = format!("{local} (gRPC face on {face})");
+                }
                 let transport = server.transport_name().to_owned();
                 (Box::new(server), local, transport)
             }
@@ -113,6 +127,19 @@ fn serve(args: &ServeArgs) -> ExitCode {
     );
     loop {
         std::thread::park();
+    }
+}
+
+/// `serve --system ours`: sync or async handlers, with or without the gRPC face.
+fn serve_ours(args: &ServeArgs) -> Result<rpc_core::Server, rpc_core::Error> {
+    let mut builder = rpc_core::Server::builder().ring(args.ring);
+    if let Some(addr) = &args.grpc_listen {
+        builder = builder.grpc_listen(addr);
+    }
+    if args.async_handlers {
+        ours::serve_async_with(builder, &args.listen, args.transport)
+    } else {
+        ours::serve_with(builder, &args.listen, args.transport)
     }
 }
 
