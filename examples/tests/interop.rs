@@ -29,6 +29,17 @@ fn tcp_client(addr: &str) -> rpc_core::Client {
         .expect("connecting to the test server")
 }
 
+/// A client of `server`: over standard gRPC to its gRPC face, or over TCP.
+fn client_of(server: &rpc_core::Server, transport: TransportKind) -> rpc_core::Client {
+    match transport {
+        TransportKind::Grpc => rpc_core::Client::builder()
+            .transport(TransportKind::Grpc)
+            .connect(&server.grpc_local_addr().expect("a gRPC face").to_string())
+            .expect("connecting to the gRPC face"),
+        _ => tcp_client(server.local_addr()),
+    }
+}
+
 /// Waits up to 5 s for `service` to have no call in progress.
 fn wait_idle(service: &TestServiceImpl) -> usize {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -57,13 +68,7 @@ fn every_case_passes(transport: TransportKind) {
         .grpc_listen("127.0.0.1:0")
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
-    let client = match transport {
-        TransportKind::Grpc => rpc_core::Client::builder()
-            .transport(TransportKind::Grpc)
-            .connect(&server.grpc_local_addr().expect("a gRPC face").to_string())
-            .expect("connecting to the gRPC face"),
-        _ => tcp_client(server.local_addr()),
-    };
+    let client = client_of(&server, transport);
     let client = InteropClient::new(client);
     let mut failures = Vec::new();
     for case in Case::ALL {
@@ -115,13 +120,7 @@ fn cancels_reach_the_server_over(transport: TransportKind) {
         .grpc_listen("127.0.0.1:0")
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
-    let client = match transport {
-        TransportKind::Grpc => rpc_core::Client::builder()
-            .transport(TransportKind::Grpc)
-            .connect(&server.grpc_local_addr().expect("a gRPC face").to_string())
-            .expect("connecting to the gRPC face"),
-        _ => tcp_client(server.local_addr()),
-    };
+    let client = client_of(&server, transport);
     let client = InteropClient::new(client);
     for case in [
         Case::CancelAfterBegin,
