@@ -325,6 +325,22 @@ impl Delivery {
             other => other,
         }
     }
+
+    /// [`Delivery::settle`] in place; the deliveries that need none (a request for a
+    /// handler, a unary call's outcome) are not moved.
+    fn settle_in_place(delivery: &mut Option<Delivery>) {
+        if matches!(
+            delivery,
+            Some(
+                Delivery::Push { .. }
+                    | Delivery::HalfClosed(_)
+                    | Delivery::End { .. }
+                    | Delivery::Batch(_)
+            )
+        ) {
+            *delivery = delivery.take().map(Delivery::settle);
+        }
+    }
 }
 
 /// Server: a call for a handler.
@@ -442,7 +458,11 @@ impl Conn {
     pub(crate) fn submit(self: &Arc<Self>, work: Work) {
         self.state.submit(
             work,
-            &mut |owned, work| self.step(owned, work).map(Delivery::settle),
+            &mut |owned, work| {
+                let mut delivery = self.step(owned, work);
+                Delivery::settle_in_place(&mut delivery);
+                delivery
+            },
             &mut |delivery| self.deliver(delivery),
         );
     }
@@ -597,11 +617,17 @@ impl Conn {
             }
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
         };
-        let delivery = self.open_waiting(owned, delivery);
+        let mut delivery = delivery;
+        if !owned.waiting.is_empty() {
+            self.open_waiting(owned, &mut delivery);
+        }
         // Slots released by this step's frames (copied out of their slots) count now.
         self.take_reposted(owned);
         self.transmit(owned);
-        self.release_senders(owned, delivery)
+        if !owned.blocked.is_empty() {
+            self.release_senders(owned, &mut delivery);
+        }
+        delivery
     }
 
     fn take_reposted(&self, owned: &mut Owned) {
@@ -690,22 +716,19 @@ impl Conn {
         Some(Delivery::Ready(stream))
     }
 
-    /// Senders whose queued message left: they may go on.
-    fn release_senders(&self, owned: &mut Owned, delivery: Option<Delivery>) -> Option<Delivery> {
-        if owned.blocked.is_empty() {
-            return delivery;
-        }
+    /// Senders whose queued message left: they may go on (added to `delivery`).
+    fn release_senders(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
         let core = &owned.core;
         let (ready, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut owned.blocked)
             .into_iter()
             .partition(|s| core.queued(s.id()) == 0);
         owned.blocked = blocked;
         if ready.is_empty() {
-            return delivery;
+            return;
         }
         let mut all: Vec<Delivery> = ready.into_iter().map(Delivery::Ready).collect();
-        all.extend(delivery);
-        Some(Delivery::Batch(all))
+        all.extend(delivery.take());
+        *delivery = Some(Delivery::Batch(all));
     }
 
     /// Client: gives a call up; the outcome goes to its caller unless the call already
@@ -723,8 +746,9 @@ impl Conn {
         call_ended(user, status)
     }
 
-    /// Opens waiting calls while the server's `max_calls` allows.
-    fn open_waiting(&self, owned: &mut Owned, delivery: Option<Delivery>) -> Option<Delivery> {
+    /// Opens waiting calls while the server's `max_calls` allows (what they deliver is added
+    /// to `delivery`).
+    fn open_waiting(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
         let mut more = Vec::new();
         while !owned.closed
             && !owned.waiting.is_empty()
@@ -736,10 +760,10 @@ impl Conn {
             }
         }
         if more.is_empty() {
-            return delivery;
+            return;
         }
-        more.extend(delivery);
-        Some(Delivery::Batch(more))
+        more.extend(delivery.take());
+        *delivery = Some(Delivery::Batch(more));
     }
 
     fn open(&self, owned: &mut Owned, call: OpenCall) -> Option<Delivery> {
