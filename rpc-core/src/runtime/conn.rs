@@ -46,6 +46,8 @@ type Core = Connection<CallRef, SendBuf>;
 /// answered INTERNAL).
 struct Awaiting {
     method: u32,
+    /// The method's kind (unary or server streaming), looked up when the call opened.
+    kind: MethodKind,
     deadline: Option<Instant>,
     headers: MetadataMap,
     /// The request message, once it arrived without the half-close.
@@ -169,23 +171,22 @@ impl Caller {
     }
 }
 
-/// Client: a call to open: its request headers (a HEADERS frame, or none) and its first
-/// message (unary and server-streaming calls; with END).
+/// Client: a call to open: its request headers (the metadata block of a HEADERS frame, or
+/// no HEADERS frame) and its first message (unary and server-streaming calls; with END).
 pub(crate) struct OpenCall {
     pub(crate) caller: Caller,
     pub(crate) method: u32,
     pub(crate) timeout_us: u32,
     pub(crate) deadline: Option<Instant>,
-    pub(crate) headers: Option<Outgoing<SendBuf>>,
+    pub(crate) headers: Option<Vec<u8>>,
     pub(crate) message: Option<Outgoing<SendBuf>>,
 }
 
 impl OpenCall {
-    /// The same call with its frames copied out of their send slots: a call waiting to be
+    /// The same call with its message copied out of its send slot: a call waiting to be
     /// opened must not hold slots (see the core's `send`).
     fn detached(self) -> OpenCall {
         OpenCall {
-            headers: self.headers.map(Outgoing::detached),
             message: self.message.map(Outgoing::detached),
             ..self
         }
@@ -458,11 +459,7 @@ impl Conn {
     pub(crate) fn submit(self: &Arc<Self>, work: Work) {
         self.state.submit(
             work,
-            &mut |owned, work| {
-                let mut delivery = self.step(owned, work);
-                Delivery::settle_in_place(&mut delivery);
-                delivery
-            },
+            &mut |owned, work| self.step(owned, work),
             &mut |delivery| self.deliver(delivery),
         );
     }
@@ -547,19 +544,22 @@ impl Conn {
         }
     }
 
-    /// One work item, on the owning thread.
+    /// One work item, on the owning thread; what it delivers is settled (see
+    /// [`Delivery::settle`]).
     fn step(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
         if owned.closed {
-            return match work {
+            let mut delivery = match work {
                 Work::Open(call) => Some(call.caller.fail(closed_status())),
                 Work::Send { stream, .. } | Work::HalfClose(stream) => {
                     Some(Delivery::Ready(stream))
                 }
                 _ => None,
             };
+            Delivery::settle_in_place(&mut delivery);
+            return delivery;
         }
         self.take_reposted(owned);
-        let delivery = match work {
+        let mut delivery = match work {
             Work::Frame(buf) => self.on_frame(owned, buf),
             Work::Open(call) => {
                 if owned.waiting.is_empty() {
@@ -617,7 +617,6 @@ impl Conn {
             }
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
         };
-        let mut delivery = delivery;
         if !owned.waiting.is_empty() {
             self.open_waiting(owned, &mut delivery);
         }
@@ -627,6 +626,7 @@ impl Conn {
         if !owned.blocked.is_empty() {
             self.release_senders(owned, &mut delivery);
         }
+        Delivery::settle_in_place(&mut delivery);
         delivery
     }
 
@@ -809,11 +809,12 @@ impl Conn {
             }
         }
         let mut sent = Ok(());
-        for frame in headers.into_iter().chain(message) {
+        if let Some(block) = headers {
+            let frame = block_frame(Kind::Headers, block);
             sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
-            if sent.is_err() {
-                break;
-            }
+        }
+        if let (Ok(()), Some(frame)) = (&sent, message) {
+            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
         }
         match sent {
             Ok(()) => match caller {
@@ -902,11 +903,12 @@ impl Conn {
                     Some(kind) if receives_stream(kind) => {
                         Some(self.serve_stream(owned, call, method, deadline, metadata))
                     }
-                    Some(_) => {
+                    Some(kind) => {
                         owned.awaiting_message.insert(
                             call,
                             Awaiting {
                                 method,
+                                kind,
                                 deadline,
                                 headers: metadata,
                                 message: None,
@@ -919,18 +921,15 @@ impl Conn {
             Event::HalfClosed { call } => {
                 drop(buf);
                 match owned.awaiting_message.remove(&call) {
-                    Some(Awaiting {
-                        method,
-                        deadline,
-                        headers,
-                        message: Some(payload),
-                    }) => Some(self.serve(owned, call, method, deadline, headers, payload)),
-                    Some(Awaiting { message: None, .. }) => {
-                        let status =
-                            Status::internal("a unary call ended without a request message");
-                        self.end_call(owned, call, &status);
-                        None
-                    }
+                    Some(mut awaiting) => match awaiting.message.take() {
+                        Some(payload) => Some(self.serve(owned, call, awaiting, payload)),
+                        None => {
+                            let status =
+                                Status::internal("a unary call ended without a request message");
+                            self.end_call(owned, call, &status);
+                            None
+                        }
+                    },
                     None => match owned.core.user(call) {
                         Some(CallRef::Stream(s)) => Some(Delivery::HalfClosed(Arc::clone(s))),
                         _ => None,
@@ -1145,8 +1144,9 @@ impl Conn {
                         }
                         return Some(Delivery::Batch(all));
                     }
-                    Some(_) => Awaiting {
+                    Some(kind) => Awaiting {
                         method,
+                        kind,
                         deadline,
                         headers: MetadataMap::new(),
                         message: None,
@@ -1186,14 +1186,7 @@ impl Conn {
             owned.awaiting_message.insert(call, awaiting);
             return None;
         }
-        Some(self.serve(
-            owned,
-            call,
-            awaiting.method,
-            awaiting.deadline,
-            awaiting.headers,
-            payload,
-        ))
+        Some(self.serve(owned, call, awaiting, payload))
     }
 
     fn method_kind(&self, method: u32) -> Option<MethodKind> {
@@ -1214,18 +1207,17 @@ impl Conn {
         self.end_call(owned, call, &status);
     }
 
-    /// Hands a unary-request call to its handler.
-    fn serve(
-        &self,
-        owned: &mut Owned,
-        call: u64,
-        method: u32,
-        deadline: Option<Instant>,
-        metadata: MetadataMap,
-        payload: Payload,
-    ) -> Delivery {
-        let stream = match self.method_kind(method) {
-            Some(MethodKind::ServerStreaming) => {
+    /// Hands a unary-request call (`request`, whose message is `payload`) to its handler.
+    fn serve(&self, owned: &mut Owned, call: u64, request: Awaiting, payload: Payload) -> Delivery {
+        let Awaiting {
+            method,
+            kind,
+            deadline,
+            headers: metadata,
+            message: _,
+        } = request;
+        let stream = match kind {
+            MethodKind::ServerStreaming => {
                 let stream = StreamShared::new(call, self.local_hello.call_window, true);
                 owned
                     .core
