@@ -63,15 +63,15 @@ impl<S, W> Serializer<S, W> {
     pub fn submit<D>(
         &self,
         work: W,
-        step: &mut dyn FnMut(&mut S, W) -> Option<D>,
-        deliver: &mut dyn FnMut(D),
+        mut step: impl FnMut(&mut S, W) -> Option<D>,
+        mut deliver: impl FnMut(D),
     ) {
         let Some(mut guard) = self.owner.try_lock() else {
-            return self.run(None, Some(work), step, deliver);
+            return self.run(None, Some(work), &mut step, &mut deliver);
         };
         if !self.inbox.is_empty() {
             // Items left earlier run first.
-            return self.run(Some(guard), Some(work), step, deliver);
+            return self.run(Some(guard), Some(work), &mut step, &mut deliver);
         }
         // The common case: the state was free and nothing was left for it, so `work` runs at
         // once, without being queued or moved around.
@@ -83,7 +83,7 @@ impl<S, W> Serializer<S, W> {
             deliver(d);
         }
         if !self.inbox.is_empty() {
-            self.run(None, None, step, deliver);
+            self.run(None, None, &mut step, &mut deliver);
         }
     }
 

@@ -459,8 +459,8 @@ impl Conn {
     pub(crate) fn submit(self: &Arc<Self>, work: Work) {
         self.state.submit(
             work,
-            &mut |owned, work| self.step(owned, work),
-            &mut |delivery| self.deliver(delivery),
+            |owned, work| self.step(owned, work),
+            |delivery| self.deliver(delivery),
         );
     }
 
@@ -559,6 +559,7 @@ impl Conn {
             return delivery;
         }
         self.take_reposted(owned);
+        let received = matches!(work, Work::Frame(_));
         let mut delivery = match work {
             Work::Frame(buf) => self.on_frame(owned, buf),
             Work::Open(call) => {
@@ -620,8 +621,10 @@ impl Conn {
         if !owned.waiting.is_empty() {
             self.open_waiting(owned, &mut delivery);
         }
-        // Slots released by this step's frames (copied out of their slots) count now.
-        self.take_reposted(owned);
+        if received {
+            // The frame's slot, if it was released (its message copied out), counts now.
+            self.take_reposted(owned);
+        }
         self.transmit(owned);
         if !owned.blocked.is_empty() {
             self.release_senders(owned, &mut delivery);
@@ -1046,11 +1049,17 @@ impl Conn {
         match ended {
             // The last message, with END: the call ended with OK.
             Some(CallRef::Waiter(cell)) => {
-                let headers = owned
-                    .replies
-                    .remove(&call)
-                    .map(|p| p.headers)
-                    .unwrap_or_default();
+                // Headers came first only from a server that sends metadata: no lookup
+                // otherwise.
+                let headers = if owned.replies.is_empty() {
+                    MetadataMap::new()
+                } else {
+                    owned
+                        .replies
+                        .remove(&call)
+                        .map(|p| p.headers)
+                        .unwrap_or_default()
+                };
                 Some(Delivery::Complete {
                     cell,
                     result: Ok(Reply {
