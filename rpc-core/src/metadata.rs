@@ -5,6 +5,9 @@
 use crate::protocol::v2::metadata as wire;
 use crate::Error;
 
+/// The entries of a [`MetadataMap`]: names and values, in order.
+type Entries = Vec<(String, Vec<u8>)>;
+
 /// Metadata entries in the order they were added; a name may repeat.
 ///
 /// ```
@@ -16,31 +19,55 @@ use crate::Error;
 /// assert_eq!(md.get_bin("trace-bin"), Some(&[0xab, 0xcd][..]));
 /// assert!(md.insert("Bad Name", "x").is_err());
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct MetadataMap {
-    entries: Vec<(String, Vec<u8>)>,
+    /// `None` while there are none: an empty map, what most calls carry, is one word that
+    /// every request, response and status moves around, and allocates nothing.
+    entries: Option<Box<Entries>>,
 }
+
+impl std::fmt::Debug for MetadataMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetadataMap")
+            .field("entries", &self.list())
+            .finish()
+    }
+}
+
+impl PartialEq for MetadataMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.list() == other.list()
+    }
+}
+
+impl Eq for MetadataMap {}
 
 impl MetadataMap {
     /// An empty map (no allocation).
     pub const fn new() -> Self {
-        MetadataMap {
-            entries: Vec::new(),
-        }
+        MetadataMap { entries: None }
+    }
+
+    fn list(&self) -> &[(String, Vec<u8>)] {
+        self.entries.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    fn list_mut(&mut self) -> &mut Entries {
+        self.entries.get_or_insert_with(Box::default)
     }
 
     /// Sets `key` to the ASCII `value`, replacing earlier values. Keys are lower-cased.
     pub fn insert(&mut self, key: &str, value: &str) -> Result<(), Error> {
         let key = checked(key, value.as_bytes(), false)?;
         self.remove(&key);
-        self.entries.push((key, value.as_bytes().to_vec()));
+        self.list_mut().push((key, value.as_bytes().to_vec()));
         Ok(())
     }
 
     /// Adds an ASCII `value` for `key`, keeping earlier ones.
     pub fn append(&mut self, key: &str, value: &str) -> Result<(), Error> {
         let key = checked(key, value.as_bytes(), false)?;
-        self.entries.push((key, value.as_bytes().to_vec()));
+        self.list_mut().push((key, value.as_bytes().to_vec()));
         Ok(())
     }
 
@@ -49,14 +76,14 @@ impl MetadataMap {
     pub fn insert_bin(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
         let key = checked(key, value, true)?;
         self.remove(&key);
-        self.entries.push((key, value.to_vec()));
+        self.list_mut().push((key, value.to_vec()));
         Ok(())
     }
 
     /// Adds a binary `value` for `key` (ending in `-bin`), keeping earlier ones.
     pub fn append_bin(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
         let key = checked(key, value, true)?;
-        self.entries.push((key, value.to_vec()));
+        self.list_mut().push((key, value.to_vec()));
         Ok(())
     }
 
@@ -77,7 +104,7 @@ impl MetadataMap {
     }
 
     fn get_raw(&self, key: &str) -> Option<&[u8]> {
-        self.entries
+        self.list()
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(key))
             .map(|(_, v)| v.as_slice())
@@ -85,7 +112,7 @@ impl MetadataMap {
 
     /// Every value of `key`, in order.
     pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.entries
+        self.list()
             .iter()
             .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
             .map(|(_, v)| v.as_slice())
@@ -93,9 +120,12 @@ impl MetadataMap {
 
     /// Removes every value of `key`; returns whether there was one.
     pub fn remove(&mut self, key: &str) -> bool {
-        let before = self.entries.len();
-        self.entries.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
-        self.entries.len() != before
+        let Some(entries) = self.entries.as_mut() else {
+            return false;
+        };
+        let before = entries.len();
+        entries.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
+        entries.len() != before
     }
 
     /// Whether `key` has a value.
@@ -105,28 +135,33 @@ impl MetadataMap {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.list().len()
     }
 
     /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.list().is_empty()
     }
 
     /// The entries as `(name, value)`, in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_slice()))
+        self.list().iter().map(|(k, v)| (k.as_str(), v.as_slice()))
     }
 
     /// Appends every entry of `other`.
     pub fn extend(&mut self, other: MetadataMap) {
-        self.entries.extend(other.entries);
+        if let Some(entries) = other.entries {
+            match &mut self.entries {
+                Some(mine) => mine.extend(*entries),
+                None => self.entries = Some(entries),
+            }
+        }
     }
 
     /// The entries as the wire's metadata block (`docs/PROTOCOL.md` §8).
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut block = Vec::with_capacity(self.encoded_len());
-        for (k, v) in &self.entries {
+        for (k, v) in self.list() {
             wire::push_entry(&mut block, k, v);
         }
         block
@@ -134,20 +169,19 @@ impl MetadataMap {
 
     /// Bytes of [`MetadataMap::encode`].
     pub(crate) fn encoded_len(&self) -> usize {
-        self.entries
-            .iter()
-            .map(|(k, v)| wire::entry_len(k, v))
-            .sum()
+        self.list().iter().map(|(k, v)| wire::entry_len(k, v)).sum()
     }
 
     /// The custom entries of a validated block (the reserved `grpc-` ones are left out).
     pub(crate) fn from_block(block: &[u8]) -> MetadataMap {
-        let entries = wire::entries(block)
+        let entries: Vec<_> = wire::entries(block)
             .flatten()
             .filter(|(k, _)| !wire::is_reserved(k))
             .map(|(k, v)| (k.to_owned(), v.to_vec()))
             .collect();
-        MetadataMap { entries }
+        MetadataMap {
+            entries: (!entries.is_empty()).then(|| Box::new(entries)),
+        }
     }
 
     /// Adds an entry another protocol delivered (the gRPC face's HTTP/2 headers), checked
@@ -155,7 +189,7 @@ impl MetadataMap {
     pub fn append_raw(&mut self, key: &str, value: &[u8]) -> bool {
         match checked(key, value, key.ends_with("-bin")) {
             Ok(key) => {
-                self.entries.push((key, value.to_vec()));
+                self.list_mut().push((key, value.to_vec()));
                 true
             }
             Err(_) => false,

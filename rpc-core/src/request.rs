@@ -20,6 +20,7 @@ pub struct Request<T> {
 
 impl<T> Request<T> {
     /// A request with no timeout and no metadata.
+    #[inline]
     pub fn new(message: T) -> Request<T> {
         Request {
             message,
@@ -77,6 +78,7 @@ impl<T> Request<T> {
     }
 
     /// Consumes the request, returning the message.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.message
     }
@@ -105,6 +107,7 @@ impl<T> Request<T> {
         head.map(|()| message)
     }
 
+    #[inline]
     pub(crate) fn from_incoming(
         message: T,
         metadata: MetadataMap,
@@ -129,12 +132,14 @@ pub trait IntoRequest<T> {
 }
 
 impl<T> IntoRequest<T> for T {
+    #[inline]
     fn into_request(self) -> Request<T> {
         Request::new(self)
     }
 }
 
 impl<T> IntoRequest<T> for Request<T> {
+    #[inline]
     fn into_request(self) -> Request<T> {
         self
     }
@@ -151,6 +156,7 @@ pub struct Response<T> {
 
 impl<T> Response<T> {
     /// A response with no metadata.
+    #[inline]
     pub fn new(message: T) -> Response<T> {
         Response {
             message,
@@ -191,6 +197,7 @@ impl<T> Response<T> {
     }
 
     /// Consumes the response, returning the message.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.message
     }
@@ -205,11 +212,13 @@ impl<T> Response<T> {
     }
 
     /// The message, the headers and the trailers.
+    #[inline]
     pub fn into_parts(self) -> (MetadataMap, T, MetadataMap) {
         (self.metadata, self.message, self.trailers)
     }
 
     /// A response from its parts.
+    #[inline]
     pub fn from_parts(metadata: MetadataMap, message: T, trailers: MetadataMap) -> Response<T> {
         Response {
             message,

@@ -17,6 +17,8 @@
 //!   stream's sender.
 //! - [`Task`]: a future in one allocation, polled by one thread at a time and handed to a
 //!   [`Schedule`] when woken: how async handlers run without an async runtime.
+//! - [`WorkQueue`]: work from any thread to a pool of worker threads, which park while it
+//!   is empty; its buffer is reused, so queueing allocates nothing in a steady state.
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
 //!
@@ -48,6 +50,7 @@ mod locks;
 mod oneshot;
 mod serializer;
 mod task;
+mod work_queue;
 
 #[cfg(not(loom))]
 pub use counting::CountingAllocator;
@@ -58,6 +61,7 @@ pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
 pub use serializer::Serializer;
 pub use task::{Runnable, Schedule, Task};
+pub use work_queue::WorkQueue;
 
 /// Atomics, cells and parking: std's, or loom's under `--cfg loom`.
 pub(crate) mod primitive {
@@ -93,6 +97,47 @@ pub(crate) mod primitive {
     }
     #[cfg(not(loom))]
     pub(crate) use parking_lot::Mutex;
+
+    /// Parks threads until another notifies them, releasing a [`Mutex`] while they wait.
+    #[cfg(loom)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+    #[cfg(loom)]
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Condvar(loom::sync::Condvar::new())
+        }
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
+        }
+        pub(crate) fn wait<'a, T>(
+            &self,
+            guard: loom::sync::MutexGuard<'a, T>,
+        ) -> loom::sync::MutexGuard<'a, T> {
+            self.0
+                .wait(guard)
+                .expect("never poisoned: nothing panics under it")
+        }
+    }
+
+    /// Parks threads until another notifies them, releasing a [`Mutex`] while they wait.
+    #[cfg(not(loom))]
+    pub(crate) struct Condvar(parking_lot::Condvar);
+    #[cfg(not(loom))]
+    impl Condvar {
+        pub(crate) const fn new() -> Self {
+            Condvar(parking_lot::Condvar::new())
+        }
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
+        }
+        pub(crate) fn wait<'a, T>(
+            &self,
+            mut guard: parking_lot::MutexGuard<'a, T>,
+        ) -> parking_lot::MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
+        }
+    }
     #[cfg(not(loom))]
     pub(crate) use std::thread::{current, park, park_timeout, Thread};
 

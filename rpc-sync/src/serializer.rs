@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use crate::Exclusive;
+use crate::{Exclusive, ExclusiveGuard};
 
 /// The queue of work left for the owner: lock-free in normal builds, a loom-visible mutex
 /// under loom (whose model cannot see inside crossbeam).
@@ -63,12 +63,42 @@ impl<S, W> Serializer<S, W> {
     pub fn submit<D>(
         &self,
         work: W,
+        mut step: impl FnMut(&mut S, W) -> Option<D>,
+        mut deliver: impl FnMut(D),
+    ) {
+        let Some(mut guard) = self.owner.try_lock() else {
+            return self.run(None, Some(work), &mut step, &mut deliver);
+        };
+        if !self.inbox.is_empty() {
+            // Items left earlier run first.
+            return self.run(Some(guard), Some(work), &mut step, &mut deliver);
+        }
+        // The common case: the state was free and nothing was left for it, so `work` runs at
+        // once, without being queued or moved around.
+        let delivery = guard.with(|state| step(state, work));
+        drop(guard);
+        // Pairs with a submitter's fence after queueing: see `run`.
+        fence(Ordering::SeqCst);
+        if let Some(d) = delivery {
+            deliver(d);
+        }
+        if !self.inbox.is_empty() {
+            self.run(None, None, &mut step, &mut deliver);
+        }
+    }
+
+    /// [`Serializer::submit`]'s general case: owns the state (`guard`, or when it gets it)
+    /// and runs what was left for it, then `own`, delivering as it goes; or leaves `own` to
+    /// the owner. Returns once nothing is left that this thread must run.
+    fn run<D>(
+        &self,
+        mut guard: Option<ExclusiveGuard<'_, S>>,
+        mut own: Option<W>,
         step: &mut dyn FnMut(&mut S, W) -> Option<D>,
         deliver: &mut dyn FnMut(D),
     ) {
-        let mut own = Some(work);
         loop {
-            let Some(mut guard) = self.owner.try_lock() else {
+            let Some(mut owner) = guard.take().or_else(|| self.owner.try_lock()) else {
                 match own.take() {
                     Some(w) => {
                         self.inbox.push(w);
@@ -92,14 +122,18 @@ impl<S, W> Serializer<S, W> {
                 let Some(w) = left.or_else(|| own.take()) else {
                     break;
                 };
-                delivery = guard.with(|state| step(state, w));
+                delivery = owner.with(|state| step(state, w));
             }
-            drop(guard);
+            drop(owner);
             fence(Ordering::SeqCst);
-            match delivery {
-                Some(d) => deliver(d),
-                None if own.is_none() && self.inbox.is_empty() => return,
-                None => {}
+            if let Some(d) = delivery {
+                deliver(d);
+            }
+            // Whatever was queued before the fence above is seen here; what is queued after
+            // it is run by its submitter, which then finds the state free, or by the owner
+            // it found.
+            if own.is_none() && self.inbox.is_empty() {
+                return;
             }
         }
     }

@@ -7,7 +7,7 @@ use loom::sync::atomic::{fence, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use rpc_sync::{Completed, Exclusive, Inbox, Oneshot, Pushed, Serializer, Signal};
+use rpc_sync::{Completed, Exclusive, Inbox, Oneshot, Pushed, Serializer, Signal, WorkQueue};
 
 /// Two threads take turns owning the data; loom's cell tracking fails the model if two ever
 /// touch it at once.
@@ -361,5 +361,45 @@ fn task_cancel_drops_the_future() {
         }
         assert!(task.is_done());
         assert_eq!(polls.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// Two workers block for work while items are queued one by one: both items are taken,
+/// each by one worker; no worker sleeps through an item meant for it.
+#[test]
+fn work_queue_wakes_a_parked_worker_per_item() {
+    loom::model(|| {
+        let queue = Arc::new(WorkQueue::with_capacity(1));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let queue = Arc::clone(&queue);
+                thread::spawn(move || queue.pop())
+            })
+            .collect();
+        queue.push(1u32);
+        queue.push(2u32);
+        let mut taken: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        taken.sort_unstable();
+        assert_eq!(taken, vec![1, 2]);
+        assert_eq!(queue.try_pop(), None);
+    });
+}
+
+/// One producer's items come out in the order it queued them.
+#[test]
+fn work_queue_keeps_a_producers_order() {
+    loom::model(|| {
+        let queue = Arc::new(WorkQueue::with_capacity(1));
+        let producer = {
+            let queue = Arc::clone(&queue);
+            thread::spawn(move || {
+                queue.push(1u32);
+                queue.push(2u32);
+            })
+        };
+        assert_eq!(queue.pop(), 1);
+        assert_eq!(queue.pop(), 2);
+        producer.join().unwrap();
+        assert!(queue.is_empty());
     });
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
-use super::conn::{block_frame, Caller, Conn, Keepalive, OpenCall, Reply, Work, UNARY};
+use super::conn::{Caller, Conn, Keepalive, OpenCall, Reply, Work, UNARY};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::client::{ClientTls, GrpcChannel};
 use super::port::Port;
@@ -23,8 +23,8 @@ use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
 use crate::codegen::MethodDescriptor;
 use crate::interceptor::SharedInterceptor;
-use crate::protocol::v2::{Kind, Outgoing, Role};
-use crate::transport::{RingConfig, SendBuf};
+use crate::protocol::v2::{Kind, Role};
+use crate::transport::RingConfig;
 use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 
 // ----- the per-call rendezvous between whoever completes a call and its caller ------------
@@ -470,7 +470,7 @@ impl Client {
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.store(blocking, Ordering::Release);
-        let headers = headers_frame(request.metadata(), false);
+        let headers = headers_block(request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         native.endpoint.call_started();
         conn.submit(Work::Open(OpenCall {
@@ -760,10 +760,15 @@ impl<Resp> Drop for ResponseFuture<Resp> {
 
 // ----- streaming calls ---------------------------------------------------------------
 
-/// A HEADERS frame carrying `metadata`; `None` when there is none and `always` is false (a
-/// call that opens with its message needs no HEADERS frame).
-fn headers_frame(metadata: &MetadataMap, always: bool) -> Option<Outgoing<SendBuf>> {
-    (always || !metadata.is_empty()).then(|| block_frame(Kind::Headers, metadata.encode()))
+/// The metadata block of a HEADERS frame carrying `metadata`; `None` (no HEADERS frame) when
+/// there is none and `always` is false (a call that opens with its message needs none). No
+/// metadata, no encoding and no allocation.
+fn headers_block(metadata: &MetadataMap, always: bool) -> Option<Vec<u8>> {
+    if metadata.is_empty() {
+        always.then(Vec::new)
+    } else {
+        Some(metadata.encode())
+    }
 }
 
 impl Client {
@@ -806,7 +811,7 @@ impl Client {
         let (timeout_us, deadline) = self.timing(request);
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
-        let headers = headers_frame(request.metadata(), message.is_none());
+        let headers = headers_block(request.metadata(), message.is_none());
         native.endpoint.call_started();
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),
@@ -822,7 +827,7 @@ impl Client {
             port: port.clone(),
             path: method.path,
         };
-        let mut responses = Streaming::new(shared, port, Reader::Client, method.path);
+        let mut responses = Streaming::new(shared, Some(port), Reader::Client, method.path);
         responses.set_endpoint(Arc::clone(&native.endpoint));
         Ok((sender, responses))
     }
@@ -854,7 +859,7 @@ impl Client {
         };
         (
             sender,
-            Streaming::new(shared, port, Reader::Client, method.path),
+            Streaming::new(shared, Some(port), Reader::Client, method.path),
         )
     }
 

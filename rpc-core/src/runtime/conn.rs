@@ -46,6 +46,8 @@ type Core = Connection<CallRef, SendBuf>;
 /// answered INTERNAL).
 struct Awaiting {
     method: u32,
+    /// The method's kind (unary or server streaming), looked up when the call opened.
+    kind: MethodKind,
     deadline: Option<Instant>,
     headers: MetadataMap,
     /// The request message, once it arrived without the half-close.
@@ -169,23 +171,22 @@ impl Caller {
     }
 }
 
-/// Client: a call to open: its request headers (a HEADERS frame, or none) and its first
-/// message (unary and server-streaming calls; with END).
+/// Client: a call to open: its request headers (the metadata block of a HEADERS frame, or
+/// no HEADERS frame) and its first message (unary and server-streaming calls; with END).
 pub(crate) struct OpenCall {
     pub(crate) caller: Caller,
     pub(crate) method: u32,
     pub(crate) timeout_us: u32,
     pub(crate) deadline: Option<Instant>,
-    pub(crate) headers: Option<Outgoing<SendBuf>>,
+    pub(crate) headers: Option<Vec<u8>>,
     pub(crate) message: Option<Outgoing<SendBuf>>,
 }
 
 impl OpenCall {
-    /// The same call with its frames copied out of their send slots: a call waiting to be
+    /// The same call with its message copied out of its send slot: a call waiting to be
     /// opened must not hold slots (see the core's `send`).
     fn detached(self) -> OpenCall {
         OpenCall {
-            headers: self.headers.map(Outgoing::detached),
             message: self.message.map(Outgoing::detached),
             ..self
         }
@@ -325,6 +326,22 @@ impl Delivery {
             other => other,
         }
     }
+
+    /// [`Delivery::settle`] in place; the deliveries that need none (a request for a
+    /// handler, a unary call's outcome) are not moved.
+    fn settle_in_place(delivery: &mut Option<Delivery>) {
+        if matches!(
+            delivery,
+            Some(
+                Delivery::Push { .. }
+                    | Delivery::HalfClosed(_)
+                    | Delivery::End { .. }
+                    | Delivery::Batch(_)
+            )
+        ) {
+            *delivery = delivery.take().map(Delivery::settle);
+        }
+    }
 }
 
 /// Server: a call for a handler.
@@ -442,8 +459,8 @@ impl Conn {
     pub(crate) fn submit(self: &Arc<Self>, work: Work) {
         self.state.submit(
             work,
-            &mut |owned, work| self.step(owned, work).map(Delivery::settle),
-            &mut |delivery| self.deliver(delivery),
+            |owned, work| self.step(owned, work),
+            |delivery| self.deliver(delivery),
         );
     }
 
@@ -527,19 +544,23 @@ impl Conn {
         }
     }
 
-    /// One work item, on the owning thread.
+    /// One work item, on the owning thread; what it delivers is settled (see
+    /// [`Delivery::settle`]).
     fn step(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
         if owned.closed {
-            return match work {
+            let mut delivery = match work {
                 Work::Open(call) => Some(call.caller.fail(closed_status())),
                 Work::Send { stream, .. } | Work::HalfClose(stream) => {
                     Some(Delivery::Ready(stream))
                 }
                 _ => None,
             };
+            Delivery::settle_in_place(&mut delivery);
+            return delivery;
         }
         self.take_reposted(owned);
-        let delivery = match work {
+        let received = matches!(work, Work::Frame(_));
+        let mut delivery = match work {
             Work::Frame(buf) => self.on_frame(owned, buf),
             Work::Open(call) => {
                 if owned.waiting.is_empty() {
@@ -597,11 +618,19 @@ impl Conn {
             }
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
         };
-        let delivery = self.open_waiting(owned, delivery);
-        // Slots released by this step's frames (copied out of their slots) count now.
-        self.take_reposted(owned);
+        if !owned.waiting.is_empty() {
+            self.open_waiting(owned, &mut delivery);
+        }
+        if received {
+            // The frame's slot, if it was released (its message copied out), counts now.
+            self.take_reposted(owned);
+        }
         self.transmit(owned);
-        self.release_senders(owned, delivery)
+        if !owned.blocked.is_empty() {
+            self.release_senders(owned, &mut delivery);
+        }
+        Delivery::settle_in_place(&mut delivery);
+        delivery
     }
 
     fn take_reposted(&self, owned: &mut Owned) {
@@ -690,22 +719,19 @@ impl Conn {
         Some(Delivery::Ready(stream))
     }
 
-    /// Senders whose queued message left: they may go on.
-    fn release_senders(&self, owned: &mut Owned, delivery: Option<Delivery>) -> Option<Delivery> {
-        if owned.blocked.is_empty() {
-            return delivery;
-        }
+    /// Senders whose queued message left: they may go on (added to `delivery`).
+    fn release_senders(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
         let core = &owned.core;
         let (ready, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut owned.blocked)
             .into_iter()
             .partition(|s| core.queued(s.id()) == 0);
         owned.blocked = blocked;
         if ready.is_empty() {
-            return delivery;
+            return;
         }
         let mut all: Vec<Delivery> = ready.into_iter().map(Delivery::Ready).collect();
-        all.extend(delivery);
-        Some(Delivery::Batch(all))
+        all.extend(delivery.take());
+        *delivery = Some(Delivery::Batch(all));
     }
 
     /// Client: gives a call up; the outcome goes to its caller unless the call already
@@ -723,8 +749,9 @@ impl Conn {
         call_ended(user, status)
     }
 
-    /// Opens waiting calls while the server's `max_calls` allows.
-    fn open_waiting(&self, owned: &mut Owned, delivery: Option<Delivery>) -> Option<Delivery> {
+    /// Opens waiting calls while the server's `max_calls` allows (what they deliver is added
+    /// to `delivery`).
+    fn open_waiting(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
         let mut more = Vec::new();
         while !owned.closed
             && !owned.waiting.is_empty()
@@ -736,10 +763,10 @@ impl Conn {
             }
         }
         if more.is_empty() {
-            return delivery;
+            return;
         }
-        more.extend(delivery);
-        Some(Delivery::Batch(more))
+        more.extend(delivery.take());
+        *delivery = Some(Delivery::Batch(more));
     }
 
     fn open(&self, owned: &mut Owned, call: OpenCall) -> Option<Delivery> {
@@ -785,11 +812,12 @@ impl Conn {
             }
         }
         let mut sent = Ok(());
-        for frame in headers.into_iter().chain(message) {
+        if let Some(block) = headers {
+            let frame = block_frame(Kind::Headers, block);
             sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
-            if sent.is_err() {
-                break;
-            }
+        }
+        if let (Ok(()), Some(frame)) = (&sent, message) {
+            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
         }
         match sent {
             Ok(()) => match caller {
@@ -878,11 +906,12 @@ impl Conn {
                     Some(kind) if receives_stream(kind) => {
                         Some(self.serve_stream(owned, call, method, deadline, metadata))
                     }
-                    Some(_) => {
+                    Some(kind) => {
                         owned.awaiting_message.insert(
                             call,
                             Awaiting {
                                 method,
+                                kind,
                                 deadline,
                                 headers: metadata,
                                 message: None,
@@ -895,18 +924,15 @@ impl Conn {
             Event::HalfClosed { call } => {
                 drop(buf);
                 match owned.awaiting_message.remove(&call) {
-                    Some(Awaiting {
-                        method,
-                        deadline,
-                        headers,
-                        message: Some(payload),
-                    }) => Some(self.serve(owned, call, method, deadline, headers, payload)),
-                    Some(Awaiting { message: None, .. }) => {
-                        let status =
-                            Status::internal("a unary call ended without a request message");
-                        self.end_call(owned, call, &status);
-                        None
-                    }
+                    Some(mut awaiting) => match awaiting.message.take() {
+                        Some(payload) => Some(self.serve(owned, call, awaiting, payload)),
+                        None => {
+                            let status =
+                                Status::internal("a unary call ended without a request message");
+                            self.end_call(owned, call, &status);
+                            None
+                        }
+                    },
                     None => match owned.core.user(call) {
                         Some(CallRef::Stream(s)) => Some(Delivery::HalfClosed(Arc::clone(s))),
                         _ => None,
@@ -1023,11 +1049,17 @@ impl Conn {
         match ended {
             // The last message, with END: the call ended with OK.
             Some(CallRef::Waiter(cell)) => {
-                let headers = owned
-                    .replies
-                    .remove(&call)
-                    .map(|p| p.headers)
-                    .unwrap_or_default();
+                // Headers came first only from a server that sends metadata: no lookup
+                // otherwise.
+                let headers = if owned.replies.is_empty() {
+                    MetadataMap::new()
+                } else {
+                    owned
+                        .replies
+                        .remove(&call)
+                        .map(|p| p.headers)
+                        .unwrap_or_default()
+                };
                 Some(Delivery::Complete {
                     cell,
                     result: Ok(Reply {
@@ -1121,8 +1153,9 @@ impl Conn {
                         }
                         return Some(Delivery::Batch(all));
                     }
-                    Some(_) => Awaiting {
+                    Some(kind) => Awaiting {
                         method,
+                        kind,
                         deadline,
                         headers: MetadataMap::new(),
                         message: None,
@@ -1162,14 +1195,7 @@ impl Conn {
             owned.awaiting_message.insert(call, awaiting);
             return None;
         }
-        Some(self.serve(
-            owned,
-            call,
-            awaiting.method,
-            awaiting.deadline,
-            awaiting.headers,
-            payload,
-        ))
+        Some(self.serve(owned, call, awaiting, payload))
     }
 
     fn method_kind(&self, method: u32) -> Option<MethodKind> {
@@ -1190,18 +1216,17 @@ impl Conn {
         self.end_call(owned, call, &status);
     }
 
-    /// Hands a unary-request call to its handler.
-    fn serve(
-        &self,
-        owned: &mut Owned,
-        call: u64,
-        method: u32,
-        deadline: Option<Instant>,
-        metadata: MetadataMap,
-        payload: Payload,
-    ) -> Delivery {
-        let stream = match self.method_kind(method) {
-            Some(MethodKind::ServerStreaming) => {
+    /// Hands a unary-request call (`request`, whose message is `payload`) to its handler.
+    fn serve(&self, owned: &mut Owned, call: u64, request: Awaiting, payload: Payload) -> Delivery {
+        let Awaiting {
+            method,
+            kind,
+            deadline,
+            headers: metadata,
+            message: _,
+        } = request;
+        let stream = match kind {
+            MethodKind::ServerStreaming => {
                 let stream = StreamShared::new(call, self.local_hello.call_window, true);
                 owned
                     .core

@@ -1,15 +1,19 @@
 //! The handler worker pool: slow handlers run here so they never stall the poller, and
 //! async handlers' tasks run here when woken. New calls are admitted up to a bound: a request
 //! that finds `max_queued` calls already waiting is answered at once (UNAVAILABLE) instead of
-//! waiting in memory without limit. Woken tasks are always queued: each is queued at most
-//! once at a time (see `rpc_sync::Task`), so they are bounded by the calls in progress.
+//! waiting in memory without limit. Woken tasks are always queued, never refused and never
+//! blocking their waker: each is queued at most once at a time (see `rpc_sync::Task`), so they
+//! are bounded by the calls in progress.
+//!
+//! Calls and tasks share one [`WorkQueue`], whose buffer is reused: after it grew to the
+//! deepest the queue has been, queueing allocates nothing (crossbeam's unbounded channel
+//! allocated a block every 31 sends).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam::channel::{self, Receiver, Sender};
-use rpc_sync::{Mutex, Runnable, Schedule};
+use rpc_sync::{Mutex, Runnable, Schedule, WorkQueue};
 
 use super::server::{IncomingRequest, ReplySink};
 use crate::codegen::Service;
@@ -34,10 +38,11 @@ enum Work {
 /// runtime's context, say): it must call the closure it gets.
 pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
+/// Room in the queue's buffer before it first grows.
+const INITIAL_CAPACITY: usize = 64;
+
 struct Queue {
-    work: Sender<Work>,
-    /// The other end, for draining what is left once the workers stopped.
-    left: Receiver<Work>,
+    work: WorkQueue<Work>,
     /// Calls queued and not picked up yet.
     queued_calls: AtomicUsize,
     max_queued: usize,
@@ -50,7 +55,7 @@ impl Queue {
     /// and run once, which drops their futures (and what those hold: the call, its
     /// connection). A task woken by that lands here again and is handled the same way.
     fn drain(&self) {
-        while let Ok(work) = self.left.try_recv() {
+        while let Some(work) = self.work.try_pop() {
             match work {
                 Work::Call(job) => {
                     self.queued_calls.fetch_sub(1, Ordering::AcqRel);
@@ -76,9 +81,8 @@ pub(crate) struct Spawner(Arc<Queue>);
 impl Schedule for Spawner {
     fn schedule(&self, task: Arc<dyn Runnable>) {
         // Unbounded by design, bounded in fact: see the module docs.
-        if self.0.work.send(Work::Task(task)).is_ok() {
-            super::woke_a_thread();
-        }
+        self.0.work.push(Work::Task(task));
+        super::woke_a_thread();
         // Woken after the workers stopped (by a timer, a late connection close): nobody
         // else will take it, and a task left queued would keep its future forever.
         if self.0.stopped.load(Ordering::SeqCst) {
@@ -108,24 +112,22 @@ impl WorkerPool {
         max_queued: usize,
         context: Option<ThreadContext>,
     ) -> Result<WorkerPool, crate::Error> {
-        let (tx, rx) = channel::unbounded::<Work>();
+        let max_queued = max_queued.max(1);
         let queue = Arc::new(Queue {
-            work: tx,
-            left: rx.clone(),
+            work: WorkQueue::with_capacity(INITIAL_CAPACITY.min(max_queued)),
             queued_calls: AtomicUsize::new(0),
-            max_queued: max_queued.max(1),
+            max_queued,
             stopped: AtomicBool::new(false),
         });
         let mut threads = Vec::with_capacity(size);
         for i in 0..size.max(1) {
-            let rx: Receiver<Work> = rx.clone();
             let queue = Arc::clone(&queue);
             let context = context.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("rpc-worker-{i}"))
                     .spawn(move || {
-                        let mut run = || worker_loop(&rx, &queue);
+                        let mut run = || worker_loop(&queue);
                         match &context {
                             Some(wrap) => wrap(&mut run),
                             None => run(),
@@ -155,21 +157,16 @@ impl WorkerPool {
             q.queued_calls.fetch_sub(1, Ordering::AcqRel);
             return Some(job);
         }
-        match q.work.send(Work::Call(job)) {
-            Ok(()) => {
-                // A hand-off to another thread (counted as a wake-up whether or not a worker
-                // was asleep).
-                super::woke_a_thread();
-                None
-            }
-            Err(e) => {
-                q.queued_calls.fetch_sub(1, Ordering::AcqRel);
-                match e.into_inner() {
-                    Work::Call(job) => Some(job),
-                    _ => unreachable!("sent a call"),
-                }
-            }
+        q.work.push(Work::Call(job));
+        // A hand-off to another thread (counted as a wake-up whether or not a worker was
+        // asleep).
+        super::woke_a_thread();
+        // Queued while the pool stopped: answered by the drain (here, if the shutdown's
+        // drain ran before the push).
+        if q.stopped.load(Ordering::SeqCst) {
+            q.drain();
         }
+        None
     }
 
     /// Lets queued work finish, then joins the workers; what is queued after that is
@@ -177,7 +174,7 @@ impl WorkerPool {
     pub(crate) fn shutdown(&self) {
         let threads = std::mem::take(&mut *self.threads.lock());
         for _ in &threads {
-            let _ = self.queue.work.send(Work::Stop);
+            self.queue.work.push(Work::Stop);
         }
         for t in threads {
             let _ = t.join();
@@ -187,9 +184,9 @@ impl WorkerPool {
     }
 }
 
-fn worker_loop(rx: &Receiver<Work>, queue: &Queue) {
-    while let Ok(work) = rx.recv() {
-        match work {
+fn worker_loop(queue: &Queue) {
+    loop {
+        match queue.work.pop() {
             Work::Call(job) => {
                 queue.queued_calls.fetch_sub(1, Ordering::AcqRel);
                 super::server::run_handler(&*job.service, job.index, job.request, job.reply);

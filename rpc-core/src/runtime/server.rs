@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Dispatch, Keepalive, RequestBody, RequestDelivery, Work};
+use super::conn::{Conn, Dispatch, Keepalive, Payload, RequestBody, RequestDelivery, Work};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::server::{FaceSettings, GrpcFace};
 use super::pool::{Job, Spawner, ThreadContext, WorkerPool};
@@ -262,13 +262,18 @@ impl ServerBuilder {
             .values()
             .map(|r| (r.method.path, (r.method.id, r.method.kind)))
             .collect();
+        let pool = WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?;
+        let calls = Arc::new(Calls {
+            counters: Arc::clone(&counters),
+            in_flight: AtomicUsize::new(0),
+            spawner: pool.spawner(),
+        });
         let shared = Arc::new(Shared {
             paths,
             routes,
-            pool: WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?,
+            pool,
             interceptor: self.interceptor.clone(),
-            counters: Arc::clone(&counters),
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            calls,
         });
         let grpc = match &self.grpc_listen {
             Some(addr) => Some(GrpcFace::start(
@@ -339,8 +344,16 @@ pub(crate) struct Shared {
     paths: HashMap<&'static str, (u32, MethodKind)>,
     interceptor: Option<SharedInterceptor>,
     pool: WorkerPool,
+    calls: Arc<Calls>,
+}
+
+/// What a server's calls share with it: one `Arc` in each call's [`ReplySink`].
+pub(crate) struct Calls {
     counters: Arc<Counters>,
-    in_flight: Arc<AtomicUsize>,
+    /// Calls handed to a handler and not answered yet (their sinks not dropped).
+    in_flight: AtomicUsize,
+    /// Where woken handler tasks go.
+    spawner: Spawner,
 }
 
 impl Dispatch for Shared {
@@ -365,7 +378,8 @@ impl Shared {
 
     /// Runs (or queues) the handler of a request that arrived on `port` from `peer`.
     pub(crate) fn serve(&self, port: Port, peer: Arc<str>, delivery: RequestDelivery) {
-        self.counters.call();
+        let counters = &self.calls.counters;
+        counters.call();
         let RequestDelivery {
             call,
             method,
@@ -375,7 +389,7 @@ impl Shared {
             stream,
         } = delivery;
         let refuse = |status: Status| {
-            self.counters.error();
+            counters.error();
             port.end(call, status);
         };
         let Some(route) = self.routes.get(&method) else {
@@ -406,11 +420,20 @@ impl Shared {
                 }
             }
         };
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.calls.in_flight.fetch_add(1, Ordering::AcqRel);
+        let body = match body {
+            RequestBody::Message(payload) => Requests::Message(payload),
+            RequestBody::Stream => Requests::Stream(
+                Arc::clone(
+                    stream
+                        .as_ref()
+                        .expect("a stream body comes with its stream"),
+                ),
+                port.clone(),
+            ),
+        };
         let request = IncomingRequest {
             body,
-            stream: stream.clone(),
-            port: port.clone(),
             method: route.method,
             deadline,
             metadata,
@@ -420,10 +443,8 @@ impl Shared {
             port,
             id: call,
             method: route.method,
-            counters: Arc::clone(&self.counters),
-            in_flight: Arc::clone(&self.in_flight),
+            calls: Arc::clone(&self.calls),
             stream,
-            spawner: self.pool.spawner(),
             done: false,
         };
         match route.execution {
@@ -474,13 +495,20 @@ fn log_panic(path: &str, panic: &(dyn std::any::Any + Send)) {
 /// A request as a service's `call` receives it: its message (undecoded, still in its
 /// receive slot) or its message stream, and the call's metadata.
 pub struct IncomingRequest {
-    body: RequestBody,
-    stream: Option<Arc<StreamShared>>,
-    port: Port,
+    body: Requests,
     method: &'static MethodDescriptor,
     deadline: Option<Instant>,
     metadata: MetadataMap,
     peer: Arc<str>,
+}
+
+/// The messages of an [`IncomingRequest`].
+enum Requests {
+    /// The one message of a unary-request method.
+    Message(Payload),
+    /// The request stream of a client-streaming or bidirectional method, and where its
+    /// reader returns window.
+    Stream(Arc<StreamShared>, Port),
 }
 
 impl IncomingRequest {
@@ -498,7 +526,7 @@ impl IncomingRequest {
     /// undecodable message gives INVALID_ARGUMENT; a method whose requests are a stream
     /// gives INTERNAL (use [`IncomingRequest::into_streaming`]).
     pub fn decode<M: prost::Message + Default>(self) -> Result<Request<M>, Status> {
-        let RequestBody::Message(payload) = &self.body else {
+        let Requests::Message(payload) = &self.body else {
             return Err(Status::internal(format!(
                 "{}: the requests of this method are a stream",
                 self.method.path
@@ -522,10 +550,12 @@ impl IncomingRequest {
     /// The request stream of a client-streaming or bidirectional method (for a method with
     /// one request, a stream of that one message).
     pub fn into_streaming<M: prost::Message + Default>(self) -> Request<Streaming<M>> {
-        let stream = match (self.body, self.stream) {
-            (RequestBody::Stream, Some(shared)) => shared,
-            (RequestBody::Message(payload), _) => {
-                // One message, already complete: a stream of its own.
+        let streaming = match self.body {
+            Requests::Stream(shared, port) => {
+                Streaming::new(shared, Some(port), Reader::Server, self.method.path)
+            }
+            Requests::Message(payload) => {
+                // One message, already complete: a stream of its own (no window to return).
                 let shared = StreamShared::new(0, u32::MAX, false);
                 shared
                     .inbox
@@ -533,11 +563,9 @@ impl IncomingRequest {
                 shared
                     .inbox
                     .close(Some(super::stream::Incoming::End(Ok(MetadataMap::new()))));
-                shared
+                Streaming::new(shared, None, Reader::Server, self.method.path)
             }
-            (RequestBody::Stream, None) => unreachable!("a stream body comes with its stream"),
         };
-        let streaming = Streaming::new(stream, self.port, Reader::Server, self.method.path);
         Request::from_incoming(streaming, self.metadata, self.deadline, self.peer)
     }
 }
@@ -548,10 +576,8 @@ pub struct ReplySink {
     port: Port,
     id: u64,
     method: &'static MethodDescriptor,
-    counters: Arc<Counters>,
-    in_flight: Arc<AtomicUsize>,
+    calls: Arc<Calls>,
     stream: Option<Arc<StreamShared>>,
-    spawner: Spawner,
     done: bool,
 }
 
@@ -579,7 +605,7 @@ impl ReplySink {
     }
 
     fn fail_inner(&self, status: Status) {
-        self.counters.error();
+        self.calls.counters.error();
         self.port.end(self.id, status);
     }
 
@@ -621,7 +647,7 @@ impl ReplySink {
 
     /// Where the call's handler task goes when woken.
     pub(crate) fn spawner(&self) -> Spawner {
-        self.spawner.clone()
+        self.calls.spawner.clone()
     }
 
     /// Cancels `task` when the call is cancelled (from now on).
@@ -662,7 +688,7 @@ impl Drop for ReplySink {
             // The handler is done with the call: the call lets go of its task.
             stream.detach();
         }
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.calls.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -702,7 +728,7 @@ impl Server {
 
     /// The server's counters.
     pub fn stats(&self) -> Stats {
-        self.shared.counters.snapshot()
+        self.shared.calls.counters.snapshot()
     }
 
     /// Number of live connections.
@@ -741,7 +767,7 @@ impl Server {
                 conn.submit(Work::Goodbye);
             }
         }
-        while self.shared.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
+        while self.shared.calls.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
         for conn in self.endpoint.conns().iter() {

@@ -37,7 +37,9 @@ pub(crate) type Pump = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// the rest of the requests.
 pub struct Streaming<T> {
     shared: Arc<StreamShared>,
-    port: Port,
+    /// Where cancels and returned window go; `None` for a stream of messages that were all
+    /// received already (nothing to cancel, no window to return).
+    port: Option<Port>,
     reader: Reader,
     /// The method, for error messages.
     path: &'static str,
@@ -64,7 +66,7 @@ impl<T> std::fmt::Debug for Streaming<T> {
 impl<T> Streaming<T> {
     pub(crate) fn new(
         shared: Arc<StreamShared>,
-        port: Port,
+        port: Option<Port>,
         reader: Reader,
         path: &'static str,
     ) -> Self {
@@ -79,6 +81,13 @@ impl<T> Streaming<T> {
             pump: None,
             endpoint: None,
             _message: PhantomData,
+        }
+    }
+
+    /// The reader consumed a message of `len` bytes: its window goes back to the peer.
+    fn consumed(&self, len: usize) {
+        if let Some(port) = &self.port {
+            self.shared.consumed(port, &self.shared, len);
         }
     }
 
@@ -139,10 +148,12 @@ impl<T> Streaming<T> {
     pub fn cancel(&mut self) {
         if self.reader == Reader::Client && !self.done && !self.shared.is_finished() {
             self.pump = None;
-            self.port.cancel(
-                &self.shared,
-                Status::cancelled(format!("{}: cancelled by the client", self.path)),
-            );
+            if let Some(port) = &self.port {
+                port.cancel(
+                    &self.shared,
+                    Status::cancelled(format!("{}: cancelled by the client", self.path)),
+                );
+            }
         }
     }
 
@@ -223,7 +234,7 @@ impl<T: prost::Message + Default> Streaming<T> {
             }
             Some(Incoming::Headers(_)) => None,
             Some(Incoming::Message(bytes)) => {
-                self.shared.consumed(&self.port, &self.shared, bytes.len());
+                self.consumed(bytes.len());
                 Some(T::decode(bytes.as_slice()).map(Some).map_err(|e| {
                     let what = format!("{}: could not decode a message: {e}", self.path);
                     match self.reader {
@@ -374,17 +385,18 @@ impl<T> Drop for Streaming<T> {
         if self.done {
             return;
         }
-        match self.reader {
-            Reader::Client => self.port.cancel(
+        match (self.reader, &self.port) {
+            (Reader::Client, Some(port)) => port.cancel(
                 &self.shared,
                 Status::cancelled("the response stream was dropped"),
             ),
-            Reader::Server => {
+            (Reader::Client, None) => {}
+            (Reader::Server, _) => {
                 // The rest of the requests are dropped as they come; give back the window
                 // of those already here.
                 while let Ok(Some(item)) = self.shared.inbox.try_recv() {
                     if let Incoming::Message(m) = item {
-                        self.shared.consumed(&self.port, &self.shared, m.len());
+                        self.consumed(m.len());
                     }
                 }
                 self.shared.inbox.abandon();
