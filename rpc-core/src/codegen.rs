@@ -213,7 +213,8 @@ fn stream_failed(reply: ReplySink, sender: &StreamSender, status: Status) {
 
 /// Runs `future` as a task: its first poll here and now (where `Service::call` runs: a
 /// worker, or the receiving thread for `Execution::Inline`), later ones on the worker pool
-/// when woken; cancelling the call drops it.
+/// when woken (for `Execution::Inline`, on the server's poller when that is what woke it);
+/// cancelling the call drops it.
 fn spawn<Fut>(reply: ReplySink, future: impl FnOnce(ReplySink) -> Fut)
 where
     Fut: Future<Output = ()> + Send + 'static,

@@ -645,30 +645,11 @@ impl Started {
 
 impl Started {
     fn drive(&self, spin: Duration) {
-        // Only a caller whose call is the client's only one drives: with others outstanding
-        // the poller thread is busy anyway, and a driver that stops while others wait must
-        // wake it again (a wake-up per call instead of none).
-        if spin.is_zero() || self.endpoint.calls_outstanding() > 1 {
-            return;
-        }
-        // One driver at a time: other callers park, and the poller wakes them.
-        if !self.endpoint.start_driving() {
-            return;
-        }
-        let until = Instant::now() + spin;
-        let until = self.deadline.map_or(until, |d| d.min(until));
+        let outcome = &self.cell.outcome;
         self.cell.thread_waiting.store(true, Ordering::Release);
-        while !self.cell.outcome.is_complete() {
-            if self.endpoint.poll_once().is_some_and(|n| n > 0) {
-                continue;
-            }
-            if Instant::now() >= until {
-                break;
-            }
-            std::hint::spin_loop();
-        }
+        self.endpoint
+            .drive(spin, self.deadline, || outcome.is_complete());
         self.cell.thread_waiting.store(false, Ordering::Release);
-        self.endpoint.stop_driving(self.cell.outcome.is_complete());
     }
 }
 

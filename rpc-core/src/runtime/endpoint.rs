@@ -7,12 +7,14 @@
 //! call deadline, so futures time out without a timer thread.
 
 use foldhash::{HashMap, HashMapExt};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rpc_sync::{Exclusive, Mutex, RwLock};
+use rpc_sync::{Exclusive, Mutex, Runnable, RwLock};
 
 use super::conn::{Conn, Dispatch, Keepalive, Work};
 use super::Counters;
@@ -21,6 +23,11 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// Polls of the completion queue between two reads of the clock while spinning. Reading the
+/// clock can cost far more than an empty poll: where the clock source is not the TSC (in many
+/// VMs: HPET, or a hypervisor's clock without a vDSO page) it is a system call, and in an
+/// emulated guest an exit to the emulator, which then slows every other CPU too.
+const POLLS_PER_CLOCK_READ: u32 = 32;
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
 
@@ -173,6 +180,19 @@ impl Endpoint {
     /// Polls and handles one batch of completions, unless another thread is polling
     /// (`None`). Returns how many completions were handled.
     pub(crate) fn poll_once(&self) -> Option<usize> {
+        if self.role != Role::Server {
+            return self.poll_completions();
+        }
+        let outermost = WOKEN_INLINE.with(|w| !w.polling.replace(true));
+        let n = self.poll_completions();
+        if outermost {
+            run_woken_inline();
+        }
+        n
+    }
+
+    /// [`Endpoint::poll_once`] without running the inline tasks it woke.
+    fn poll_completions(&self) -> Option<usize> {
         let mut guard = self.polling.try_lock()?;
         // Cleared before polling: a link registered from now on finds this poll's
         // orphans in place, or sets the flag again.
@@ -191,8 +211,50 @@ impl Endpoint {
         }))
     }
 
+    /// Polls the completion queue on the calling thread until `ready()`, for up to `spin`
+    /// (and not past `deadline`), so that what the caller waits for needs no wake-up of
+    /// another thread; returns whether `ready()` held when it stopped. Only a caller whose
+    /// call is the client's only one drives (with others outstanding the poller thread is
+    /// busy anyway, and a driver that stops while others wait must wake it again: a
+    /// wake-up per call instead of none), and one at a time: the others, and a caller
+    /// found not ready, go on to park and leave polling to the poller thread.
+    pub(crate) fn drive(
+        &self,
+        spin: Duration,
+        deadline: Option<Instant>,
+        ready: impl Fn() -> bool,
+    ) -> bool {
+        if spin.is_zero() || self.calls_outstanding() > 1 || !self.start_driving() {
+            return ready();
+        }
+        // The clock is first read after POLLS_PER_CLOCK_READ empty polls: a reply that comes
+        // sooner costs no read of the clock at all.
+        let mut until = None;
+        let mut polls = 0u32;
+        while !ready() {
+            if self.poll_once().is_some_and(|n| n > 0) {
+                continue;
+            }
+            polls = polls.wrapping_add(1);
+            if polls % POLLS_PER_CLOCK_READ == 0 {
+                let now = Instant::now();
+                let until = *until.get_or_insert_with(|| {
+                    let end = now + spin;
+                    deadline.map_or(end, |d| d.min(end))
+                });
+                if now >= until {
+                    break;
+                }
+            }
+            std::hint::spin_loop();
+        }
+        let ready = ready();
+        self.stop_driving(ready);
+        ready
+    }
+
     /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
-    pub(crate) fn start_driving(&self) -> bool {
+    fn start_driving(&self) -> bool {
         self.drivers
             .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
@@ -202,7 +264,7 @@ impl Endpoint {
     /// is done wakes the poller only if other calls wait for completions: otherwise the
     /// poller finds out at its next tick (at most `DEADLINE_TICK`), and a caller making one
     /// call after another costs no wake-up per call.
-    pub(crate) fn stop_driving(&self, own_call_done: bool) {
+    fn stop_driving(&self, own_call_done: bool) {
         // SeqCst pairs with `call_started` and `start_driving`: a caller that failed to
         // become the driver counted its call before, so it is seen here.
         self.drivers.store(0, Ordering::SeqCst);
@@ -237,7 +299,7 @@ impl Endpoint {
             .keepalive
             .map(|k| (k.interval / 4).max(Duration::from_millis(10)));
         let mut next_keepalive = keepalive_tick.map(|t| last_work + t);
-        let (mut worked, mut busy_batches) = (false, 0u32);
+        let (mut worked, mut polls) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             if self.drivers.load(Ordering::Acquire) > 0 {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
@@ -251,13 +313,13 @@ impl Endpoint {
                 continue;
             }
             let n = self.poll_once().unwrap_or(0);
-            if n > 0 {
-                // While busy, look at the clock (idle timing, deadlines) every 64 batches.
-                worked = true;
-                busy_batches = busy_batches.wrapping_add(1);
-                if busy_batches % 64 != 0 {
-                    continue;
+            worked |= n > 0;
+            polls = polls.wrapping_add(1);
+            if polls % POLLS_PER_CLOCK_READ != 0 {
+                if n == 0 {
+                    std::hint::spin_loop();
                 }
+                continue;
             }
             let now = Instant::now();
             if worked {
@@ -277,9 +339,6 @@ impl Endpoint {
                     }
                     next_keepalive = Some(now + tick);
                 }
-            }
-            if n > 0 {
-                continue;
             }
             if now.duration_since(last_work) < self.idle_spin
                 || self.adoption_pending.load(Ordering::SeqCst)
@@ -387,6 +446,57 @@ impl Driver for Endpoint {
                 Some(0) => return true,
                 Some(_) => {}
             }
+        }
+    }
+}
+
+/// Handler tasks of inline methods ([`crate::Execution::Inline`]) woken while this thread
+/// polls a server's completion queue: it runs them itself once it let go of the queue, as it
+/// runs those methods' handlers, instead of handing them to the worker pool (a wake-up of
+/// another thread each). A streaming handler whose sends wait for credits or window resumes
+/// on the thread that received them. Bounded as the pool's queue is: a task is queued at
+/// most once at a time.
+struct WokenInline {
+    /// This thread is inside a server's `poll_once` (the outermost one drains `tasks`).
+    polling: Cell<bool>,
+    tasks: RefCell<VecDeque<Arc<dyn Runnable>>>,
+}
+
+thread_local! {
+    static WOKEN_INLINE: WokenInline = const {
+        WokenInline {
+            polling: Cell::new(false),
+            tasks: RefCell::new(VecDeque::new()),
+        }
+    };
+}
+
+/// Takes `task` to run on this thread if it is polling a server's completions; gives it back
+/// otherwise.
+pub(crate) fn run_on_this_poller(task: Arc<dyn Runnable>) -> Result<(), Arc<dyn Runnable>> {
+    WOKEN_INLINE.with(|w| {
+        if w.polling.get() {
+            w.tasks.borrow_mut().push_back(task);
+            Ok(())
+        } else {
+            Err(task)
+        }
+    })
+}
+
+/// Runs the tasks [`run_on_this_poller`] took (and those they wake), then stops taking more.
+fn run_woken_inline() {
+    loop {
+        let next = WOKEN_INLINE.with(|w| {
+            let task = w.tasks.borrow_mut().pop_front();
+            if task.is_none() {
+                w.polling.set(false);
+            }
+            task
+        });
+        match next {
+            Some(task) => task.run(),
+            None => return,
         }
     }
 }

@@ -74,19 +74,41 @@ impl Queue {
     }
 }
 
-/// Where woken handler tasks go: the pool's queue.
+/// Where woken handler tasks go: the pool's queue; for an inline method's task woken while
+/// a server's poller polls, that poller (see [`super::endpoint::run_on_this_poller`]).
 #[derive(Clone)]
-pub(crate) struct Spawner(Arc<Queue>);
+pub(crate) struct Spawner {
+    queue: Arc<Queue>,
+    inline: bool,
+}
+
+impl Spawner {
+    /// This spawner, for tasks of inline methods (`true`) or not.
+    pub(crate) fn with_inline(&self, inline: bool) -> Spawner {
+        Spawner {
+            queue: Arc::clone(&self.queue),
+            inline,
+        }
+    }
+}
 
 impl Schedule for Spawner {
     fn schedule(&self, task: Arc<dyn Runnable>) {
+        let task = if self.inline {
+            match super::endpoint::run_on_this_poller(task) {
+                Ok(()) => return,
+                Err(task) => task,
+            }
+        } else {
+            task
+        };
         // Unbounded by design, bounded in fact: see the module docs.
-        self.0.work.push(Work::Task(task));
+        self.queue.work.push(Work::Task(task));
         super::woke_a_thread();
         // Woken after the workers stopped (by a timer, a late connection close): nobody
         // else will take it, and a task left queued would keep its future forever.
-        if self.0.stopped.load(Ordering::SeqCst) {
-            self.0.drain();
+        if self.queue.stopped.load(Ordering::SeqCst) {
+            self.queue.drain();
         }
     }
 
@@ -143,7 +165,10 @@ impl WorkerPool {
 
     /// Where woken tasks of this pool's handlers go.
     pub(crate) fn spawner(&self) -> Spawner {
-        Spawner(Arc::clone(&self.queue))
+        Spawner {
+            queue: Arc::clone(&self.queue),
+            inline: false,
+        }
     }
 
     /// Queues a call; gives it back if `max_queued` calls wait already (or the pool

@@ -29,7 +29,10 @@ use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, Transpor
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Execution {
     /// On the poller thread: lowest latency, for handlers that return in microseconds and
-    /// never block.
+    /// never block. An async handler's task woken by what this server's poller received
+    /// (the credits or window its response stream waited for, its next request message)
+    /// resumes on that poller too; woken from anywhere else (a timer, another call), it
+    /// resumes on the worker pool.
     Inline,
     /// On the worker pool (default): a slow handler does not stall the poller.
     WorkerPool,
@@ -446,6 +449,7 @@ impl Shared {
             calls: Arc::clone(&self.calls),
             stream,
             done: false,
+            inline: route.execution == Execution::Inline,
         };
         match route.execution {
             Execution::Inline => run_handler(&*route.service, route.index, request, reply),
@@ -579,6 +583,9 @@ pub struct ReplySink {
     calls: Arc<Calls>,
     stream: Option<Arc<StreamShared>>,
     done: bool,
+    /// The method runs inline ([`Execution::Inline`]): its task, woken while a poller of
+    /// this server polls, runs there too.
+    inline: bool,
 }
 
 impl ReplySink {
@@ -647,7 +654,7 @@ impl ReplySink {
 
     /// Where the call's handler task goes when woken.
     pub(crate) fn spawner(&self) -> Spawner {
-        self.calls.spawner.clone()
+        self.calls.spawner.with_inline(self.inline)
     }
 
     /// Cancels `task` when the call is cancelled (from now on).
