@@ -1,9 +1,9 @@
 //! End-to-end checks of the demos over TCP on the loopback interface: the services through the
 //! generated stubs in-process, then the real binaries as separate processes.
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rpc_core::codegen::Code;
@@ -129,56 +129,64 @@ fn echo_service_inline_over_tcp() {
     server.shutdown();
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago (for a client that must find nobody there).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("binding a probe socket")
         .port()
-}
-
-/// Whether something listens on `addr`. A connection to a port of the ephemeral range that
-/// nobody listens on can succeed by connecting to itself (TCP simultaneous open, when the
-/// kernel happens to pick the same port as the source): such a connection does not count.
-fn accepts_connections(addr: &str) -> bool {
-    match std::net::TcpStream::connect(addr) {
-        Ok(stream) => stream.local_addr().ok() != stream.peer_addr().ok(),
-        Err(_) => false,
-    }
 }
 
 /// A demo server process, killed when dropped.
 struct ServerProcess(Child);
 
 impl ServerProcess {
-    fn start(binary: &str, addr: &str) -> ServerProcess {
+    /// Starts `binary` on a port the kernel picks (`--listen 127.0.0.1:0`) and returns it
+    /// with the address it logged as bound. Picking a free port beforehand would race other
+    /// tests doing the same: two servers on one port, one of them failing to bind while the
+    /// other answers the readiness check for it.
+    fn start(binary: &str) -> (ServerProcess, String) {
         let child = Command::new(binary)
-            .args(["--listen", addr, "--transport", "tcp"])
-            // Few log lines: stderr is only read if the server exits early.
+            .args(["--listen", "127.0.0.1:0", "--transport", "tcp"])
+            // Few log lines: the one saying where it listens, and errors.
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {binary}: {e}"));
         let mut server = ServerProcess(child);
-        // Ready once it accepts connections.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !accepts_connections(addr) {
-            if let Ok(Some(status)) = server.0.try_wait() {
-                let mut log = String::new();
-                if let Some(mut stderr) = server.0.stderr.take() {
-                    let _ = stderr.read_to_string(&mut log);
+        let stderr = server.0.stderr.take().expect("stderr is piped");
+        // A thread reads the log to its end (the server never blocks on a full pipe) and
+        // sends each line here.
+        let (lines, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
                 }
-                panic!("{binary} exited with {status}:\n{log}");
             }
-            assert!(
-                Instant::now() < deadline,
-                "{binary} did not start listening"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut seen = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match log.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.split("listening on ").nth(1) {
+                        let addr = rest.split_whitespace().next().unwrap_or_default();
+                        return (server, addr.to_owned());
+                    }
+                    seen.push_str(&line);
+                    seen.push('\n');
+                }
+                Err(_) => {
+                    let status = server.0.try_wait().ok().flatten();
+                    panic!("{binary} did not say where it listens (exit: {status:?}):\n{seen}");
+                }
+            }
         }
-        server
     }
 }
 
@@ -199,8 +207,7 @@ fn run(binary: &str, args: &[&str]) -> Output {
 
 #[test]
 fn calculator_binaries() {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let _server = ServerProcess::start(env!("CARGO_BIN_EXE_calculator-server"), &addr);
+    let (_server, addr) = ServerProcess::start(env!("CARGO_BIN_EXE_calculator-server"));
     let out = run(
         env!("CARGO_BIN_EXE_calculator-client"),
         &["--connect", &addr, "--transport", "tcp"],
@@ -225,8 +232,7 @@ fn calculator_binaries() {
 
 #[test]
 fn echo_binaries() {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let _server = ServerProcess::start(env!("CARGO_BIN_EXE_echo-server"), &addr);
+    let (_server, addr) = ServerProcess::start(env!("CARGO_BIN_EXE_echo-server"));
     let out = run(
         env!("CARGO_BIN_EXE_echo-client"),
         &[
