@@ -31,12 +31,15 @@ fn tcp_client(addr: &str) -> rpc_core::Client {
 
 /// A client of `server`: over standard gRPC to its gRPC face, or over TCP.
 fn client_of(server: &rpc_core::Server, transport: TransportKind) -> rpc_core::Client {
+    let addr = server
+        .addr_for(transport)
+        .expect("the server has a gRPC face");
     match transport {
         TransportKind::Grpc => rpc_core::Client::builder()
             .transport(TransportKind::Grpc)
-            .connect(&server.grpc_local_addr().expect("a gRPC face").to_string())
+            .connect(&addr)
             .expect("connecting to the gRPC face"),
-        _ => tcp_client(server.local_addr()),
+        _ => tcp_client(&addr),
     }
 }
 

@@ -18,10 +18,9 @@ fn setup(transport: TransportKind) -> (Server, TestServiceClient) {
         .grpc_listen("127.0.0.1:0")
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .unwrap();
-    let addr = match transport {
-        TransportKind::Grpc => server.grpc_local_addr().unwrap().to_string(),
-        _ => server.local_addr().to_string(),
-    };
+    let addr = server
+        .addr_for(transport)
+        .expect("the server has a gRPC face");
     let client = rpc_core::Client::builder()
         .transport(transport)
         .connect(&addr)

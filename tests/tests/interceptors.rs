@@ -30,10 +30,9 @@ fn server(service: TortureService) -> Server {
 }
 
 fn client(server: &Server, transport: TransportKind, with_token: bool) -> TortureClient {
-    let addr = match transport {
-        TransportKind::Grpc => server.grpc_local_addr().unwrap().to_string(),
-        _ => server.local_addr().to_string(),
-    };
+    let addr = server
+        .addr_for(transport)
+        .expect("the server has a gRPC face");
     let mut builder = Client::builder().transport(transport).ring(RING);
     if with_token {
         builder = builder.interceptor(|mut request: Request<()>| {
@@ -75,10 +74,9 @@ fn check(transport: TransportKind) {
     assert_eq!(copies, 3);
     assert_eq!(handled.load(Ordering::SeqCst), 1);
 
-    let addr = match transport {
-        TransportKind::Grpc => server.grpc_local_addr().unwrap().to_string(),
-        _ => server.local_addr().to_string(),
-    };
+    let addr = server
+        .addr_for(transport)
+        .expect("the server has a gRPC face");
     let refusing = TortureClient::new(
         Client::builder()
             .transport(transport)

@@ -22,10 +22,9 @@ fn server() -> Server {
 }
 
 fn connect(server: &Server, transport: TransportKind) -> Client {
-    let addr = match transport {
-        TransportKind::Grpc => server.grpc_local_addr().unwrap().to_string(),
-        _ => server.local_addr().to_string(),
-    };
+    let addr = server
+        .addr_for(transport)
+        .expect("the server has a gRPC face");
     Client::builder()
         .transport(transport)
         .connect(&addr)

@@ -733,6 +733,15 @@ impl Server {
         self.grpc.as_ref().map(GrpcFace::local_addr)
     }
 
+    /// Where a client of `transport` connects: the gRPC face's address for
+    /// [`TransportKind::Grpc`] (`None` without a face), [`Server::local_addr`] otherwise.
+    pub fn addr_for(&self, transport: TransportKind) -> Option<String> {
+        match transport {
+            TransportKind::Grpc => self.grpc_local_addr().map(|a| a.to_string()),
+            _ => Some(self.local_addr.clone()),
+        }
+    }
+
     /// The server's counters.
     pub fn stats(&self) -> Stats {
         self.shared.calls.counters.snapshot()
