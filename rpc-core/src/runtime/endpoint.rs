@@ -23,11 +23,6 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
-/// Polls of the completion queue between two reads of the clock while spinning. Reading the
-/// clock can cost far more than an empty poll: where the clock source is not the TSC (in many
-/// VMs: HPET, or a hypervisor's clock without a vDSO page) it is a system call, and in an
-/// emulated guest an exit to the emulator, which then slows every other CPU too.
-const POLLS_PER_CLOCK_READ: u32 = 32;
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
 
@@ -227,24 +222,14 @@ impl Endpoint {
         if spin.is_zero() || self.calls_outstanding() > 1 || !self.start_driving() {
             return ready();
         }
-        // The clock is first read after POLLS_PER_CLOCK_READ empty polls: a reply that comes
-        // sooner costs no read of the clock at all.
-        let mut until = None;
-        let mut polls = 0u32;
+        let until = Instant::now() + spin;
+        let until = deadline.map_or(until, |d| d.min(until));
         while !ready() {
             if self.poll_once().is_some_and(|n| n > 0) {
                 continue;
             }
-            polls = polls.wrapping_add(1);
-            if polls % POLLS_PER_CLOCK_READ == 0 {
-                let now = Instant::now();
-                let until = *until.get_or_insert_with(|| {
-                    let end = now + spin;
-                    deadline.map_or(end, |d| d.min(end))
-                });
-                if now >= until {
-                    break;
-                }
+            if Instant::now() >= until {
+                break;
             }
             std::hint::spin_loop();
         }
@@ -299,7 +284,7 @@ impl Endpoint {
             .keepalive
             .map(|k| (k.interval / 4).max(Duration::from_millis(10)));
         let mut next_keepalive = keepalive_tick.map(|t| last_work + t);
-        let (mut worked, mut polls) = (false, 0u32);
+        let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             if self.drivers.load(Ordering::Acquire) > 0 {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
@@ -313,13 +298,13 @@ impl Endpoint {
                 continue;
             }
             let n = self.poll_once().unwrap_or(0);
-            worked |= n > 0;
-            polls = polls.wrapping_add(1);
-            if polls % POLLS_PER_CLOCK_READ != 0 {
-                if n == 0 {
-                    std::hint::spin_loop();
+            if n > 0 {
+                // While busy, look at the clock (idle timing, deadlines) every 64 batches.
+                worked = true;
+                busy_batches = busy_batches.wrapping_add(1);
+                if busy_batches % 64 != 0 {
+                    continue;
                 }
-                continue;
             }
             let now = Instant::now();
             if worked {
@@ -339,6 +324,9 @@ impl Endpoint {
                     }
                     next_keepalive = Some(now + tick);
                 }
+            }
+            if n > 0 {
+                continue;
             }
             if now.duration_since(last_work) < self.idle_spin
                 || self.adoption_pending.load(Ordering::SeqCst)
