@@ -13,10 +13,13 @@ use rpc_core::protocol::v2::flags;
 use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
 use rpc_core::transport::{Completion, Link, RingConfig};
-use rpc_core::{Client, Code, TransportKind};
+use rpc_core::{Client, Code, Request, Status, Streaming, TransportKind};
+use rpc_tests::race::{Census, RaceService};
 use rpc_tests::scenarios::{self, connect, payload, serve, RING};
+use rpc_tests::testing::race_client::RaceClient;
+use rpc_tests::testing::race_server::RaceServer;
 use rpc_tests::testing::torture_client::TortureClient;
-use rpc_tests::testing::SleepRequest;
+use rpc_tests::testing::{FloodRequest, Payload, SleepRequest};
 
 const V: TransportKind = TransportKind::Verbs;
 
@@ -116,6 +119,211 @@ fn verbs_server_stopped_mid_run_gives_unavailable() {
     let server = serve(&format!("{ip}:0"), V);
     let client = connect(&server, V);
     scenarios::server_stopped_mid_run(server, &client);
+}
+
+// ----- a blocking stream reader polls the completion queue itself ---------------------
+
+/// A Race server (Nap, Flood) over verbs.
+fn serve_race(ip: &str, census: &Arc<Census>) -> rpc_core::Server {
+    rpc_core::Server::builder()
+        .workers(2)
+        .add_service(RaceServer::new(RaceService::new(census)))
+        .serve(&format!("{ip}:0"), V)
+        .expect("a server starts")
+}
+
+fn connect_race(server: &rpc_core::Server) -> RaceClient {
+    RaceClient::new(
+        Client::builder()
+            .transport(V)
+            .connect(server.local_addr())
+            .expect("connects"),
+    )
+}
+
+fn flood(size: u32, count: u64, interval_micros: u32) -> FloodRequest {
+    FloodRequest {
+        size,
+        count,
+        interval_micros,
+    }
+}
+
+/// A blocking reader of a response stream polls the completion queue itself while its call
+/// is the client's only one (the poller thread stands back). Calls started meanwhile on
+/// other threads, blocking and async, must still complete (the poller comes back for
+/// them), and the stream must deliver every message in order.
+#[test]
+fn verbs_calls_started_while_a_stream_reader_polls_complete() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog(
+        "stream reader and calls",
+        Duration::from_secs(240),
+        move || {
+            const MESSAGES: u64 = 20_000;
+            const SIZE: usize = 64;
+            let census = Census::new();
+            let server = serve_race(&ip, &census);
+            let client = connect_race(&server);
+            for round in 0..3u32 {
+                let mut stream = client
+                    .flood(flood(SIZE as u32, MESSAGES, 0))
+                    .expect("a stream opens")
+                    .into_inner();
+                let stop = AtomicBool::new(false);
+                let (read, end) = std::thread::scope(|s| {
+                    let calls = s.spawn(|| {
+                        let mut made = 0u32;
+                        while !stop.load(Ordering::Acquire) {
+                            // Blocking and async calls, alone and overlapping.
+                            client
+                                .nap(SleepRequest {
+                                    millis: 0,
+                                    micros: 50 * round,
+                                })
+                                .expect("a nap while the stream flows");
+                            let pending = client.nap_async(SleepRequest {
+                                millis: 1,
+                                micros: 0,
+                            });
+                            pending.wait().expect("an async nap while the stream flows");
+                            made += 2;
+                            std::thread::sleep(Duration::from_millis(3));
+                        }
+                        made
+                    });
+                    let outcome = read_flood(&mut stream, 0, SIZE);
+                    stop.store(true, Ordering::Release);
+                    let made = calls.join().expect("the calls thread");
+                    assert!(made > 0, "calls were made during the stream");
+                    outcome
+                });
+                assert_eq!(end, Ok(()), "round {round}: the stream ends OK");
+                assert_eq!(read, MESSAGES, "round {round}: every message");
+            }
+            // Alone again: a stream, then calls.
+            let mut stream = client
+                .flood(flood(10, 500, 0))
+                .expect("a stream")
+                .into_inner();
+            assert_eq!(read_flood(&mut stream, 0, 10), (500, Ok(())));
+            drop(stream);
+            client
+                .nap(SleepRequest {
+                    millis: 0,
+                    micros: 10,
+                })
+                .expect("a nap after the streams");
+        },
+    );
+}
+
+/// A stream whose server is slow: its reader sleeps on the completion queue's notification
+/// between messages, then hands polling back to the poller thread. The stream's deadline
+/// must still end it (DEADLINE_EXCEEDED, on time), and a stream of spaced messages must
+/// deliver them all.
+#[test]
+fn verbs_a_stream_reader_waiting_for_slow_messages_sees_them_and_its_deadline() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog(
+        "slow stream over verbs",
+        Duration::from_secs(120),
+        move || {
+            let census = Census::new();
+            let server = serve_race(&ip, &census);
+            let client = connect_race(&server);
+            // Spaced 2 ms and 30 ms apart: within and beyond the reader's own wait.
+            for interval_micros in [2_000, 30_000] {
+                let mut stream = client
+                    .flood(flood(100, 20, interval_micros))
+                    .expect("a stream opens")
+                    .into_inner();
+                assert_eq!(read_flood(&mut stream, 0, 100), (20, Ok(())));
+            }
+            // Endless, one message per 200 ms, under a 500 ms deadline.
+            let mut request = Request::new(flood(100, 0, 200_000));
+            request.set_timeout(Duration::from_millis(500));
+            let started = Instant::now();
+            let mut stream = client.flood(request).expect("a stream opens").into_inner();
+            let (read, end) = read_flood(&mut stream, 0, 100);
+            let took = started.elapsed();
+            let status = end.expect_err("an endless stream ends only by its deadline");
+            assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
+            assert!(
+                (1..=4).contains(&read),
+                "{read} messages in 500 ms at one per 200 ms"
+            );
+            assert!(
+                took < Duration::from_secs(10),
+                "the deadline ended the stream {took:?} after it started"
+            );
+            drop(stream);
+            census.wait_until_idle(Duration::from_secs(20));
+            client
+                .nap(SleepRequest {
+                    millis: 0,
+                    micros: 10,
+                })
+                .expect("a nap after the deadline");
+        },
+    );
+}
+
+/// The server goes away while a blocking reader polls for its stream's next message: the
+/// stream ends UNAVAILABLE, promptly.
+#[test]
+fn verbs_a_stream_reader_polling_sees_the_server_abort() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog(
+        "server abort under a stream reader",
+        Duration::from_secs(120),
+        move || {
+            for round in 0..5u64 {
+                let census = Census::new();
+                let server = serve_race(&ip, &census);
+                let client = connect_race(&server);
+                let mut stream = client
+                    .flood(flood(64, 0, 0))
+                    .expect("a stream opens")
+                    .into_inner();
+                let first = stream.blocking_message().expect("a first message");
+                assert_eq!(first.expect("an endless stream").id, 0);
+                let aborter = std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(5 * round));
+                    server.abort();
+                });
+                let (_, end) = read_flood(&mut stream, 1, 64);
+                let status = end.expect_err("an endless stream ends only by the abort");
+                assert_eq!(status.code(), Code::Unavailable, "round {round}: {status}");
+                aborter.join().expect("the abort");
+            }
+        },
+    );
+}
+
+/// Reads `stream` to its end, checking that each message is the next in order (the first
+/// being message `from`) and intact; returns the id after the last one read and how the
+/// stream ended.
+fn read_flood(
+    stream: &mut Streaming<Payload>,
+    from: u64,
+    size: usize,
+) -> (u64, Result<(), Status>) {
+    let mut next = from;
+    loop {
+        match stream.blocking_message() {
+            Ok(Some(message)) => {
+                assert_eq!(
+                    message,
+                    payload(next, size),
+                    "message {next} in order and intact"
+                );
+                next += 1;
+            }
+            Ok(None) => return (next, Ok(())),
+            Err(status) => return (next, Err(status)),
+        }
+    }
 }
 
 /// Serves the Torture service at `RPC_TEST_CHILD_ADDR` until killed: the server process of

@@ -809,7 +809,7 @@ impl Client {
             path: method.path,
         };
         let mut responses = Streaming::new(shared, Some(port), Reader::Client, method.path);
-        responses.set_endpoint(Arc::clone(&native.endpoint));
+        responses.set_endpoint(Arc::clone(&native.endpoint), self.inner.config.spin);
         Ok((sender, responses))
     }
 

@@ -25,6 +25,9 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
+/// How many ticks a blocking stream reader sleeps on the completion queue's notification,
+/// waiting for its next message, before it hands polling back to the poller thread.
+const READER_NAPS: u32 = 20;
 
 /// How long completions of an unknown link are held for it to be registered, and how long
 /// the id of a closed link is remembered so its stragglers are dropped at once.
@@ -45,6 +48,14 @@ pub(crate) struct Endpoint {
     polling: Exclusive<PollState>,
     /// 1 while a caller drives completions; the poller thread then stands back.
     drivers: AtomicUsize,
+    /// A blocking stream reader drove completions until its next message came, and its call
+    /// is the client's only one: the poller thread keeps standing back (it looks once per
+    /// tick), so the reader's own polling is the only thread on the message path. Cleared
+    /// when a call starts, when the reader gives up driving, or after a tick in which
+    /// nobody drove.
+    standing_back: AtomicBool,
+    /// Some caller started driving since the poller last looked (while standing back).
+    drove: AtomicBool,
     /// Client calls started and not yet over for their callers.
     calls_outstanding: AtomicUsize,
     /// A link was registered since the last poll: completions held for it may wait.
@@ -95,6 +106,8 @@ impl Endpoint {
                 last: None,
             }),
             drivers: AtomicUsize::new(0),
+            standing_back: AtomicBool::new(false),
+            drove: AtomicBool::new(false),
             calls_outstanding: AtomicUsize::new(0),
             adoption_pending: AtomicBool::new(false),
             poller_thread: std::sync::OnceLock::new(),
@@ -219,30 +232,98 @@ impl Endpoint {
         deadline: Option<Instant>,
         ready: impl Fn() -> bool,
     ) -> bool {
-        if spin.is_zero() || self.calls_outstanding() > 1 || !self.start_driving() {
+        if !self.poll_until(spin, deadline, 1, &ready) {
             return ready();
-        }
-        let until = Instant::now() + spin;
-        let until = deadline.map_or(until, |d| d.min(until));
-        while !ready() {
-            if self.poll_once().is_some_and(|n| n > 0) {
-                continue;
-            }
-            if Instant::now() >= until {
-                break;
-            }
-            std::hint::spin_loop();
         }
         let ready = ready();
         self.stop_driving(ready);
         ready
     }
 
+    /// [`Endpoint::drive`] for a blocking reader of a response stream whose inbox is empty,
+    /// on a queue that [needs polling](CompletionQueue::needs_polling) (over TCP the I/O
+    /// thread handles what it reads, and a spinning reader only takes its CPU). A reader
+    /// whose message came keeps the poller thread standing back: its next wait polls again,
+    /// and a stream needs no thread but the reader's on the client (the poller thread
+    /// would be a third busy thread beside the reader and the server's poller, and on 2
+    /// CPUs whichever two share one take turns at every message).
+    pub(crate) fn drive_stream(&self, spin: Duration, ready: impl Fn() -> bool) -> bool {
+        if !self.cq.needs_polling() || !self.poll_until(spin, None, 16, &ready) {
+            return ready();
+        }
+        // Nothing yet: sleep on the queue's notification, as the poller thread would, but
+        // here, so that the message wakes the thread that wants it and no other.
+        let mut naps = 0;
+        while !ready() && naps < READER_NAPS {
+            self.cq.wait(Some(DEADLINE_TICK));
+            while !ready() && self.poll_once().is_some_and(|n| n > 0) {}
+            naps += 1;
+        }
+        let ready = ready();
+        if !ready {
+            self.standing_back.store(false, Ordering::SeqCst);
+            self.stop_driving(false);
+            return false;
+        }
+        // Set before the count is read, and `call_started` counts before it clears the
+        // flag: either a call started now sees the flag, or the count here sees the call.
+        self.standing_back.store(true, Ordering::SeqCst);
+        self.drivers.store(0, Ordering::SeqCst);
+        if self.calls_outstanding.load(Ordering::SeqCst) > 1 {
+            self.call_the_poller_back();
+        }
+        true
+    }
+
+    /// Becomes the driver (if allowed: `spin` > 0, the only call outstanding, nobody else
+    /// driving) and polls until `ready()` or `spin` (or `deadline`) passes; `false` if it
+    /// did not drive.
+    fn poll_until(
+        &self,
+        spin: Duration,
+        deadline: Option<Instant>,
+        clock_every: u32,
+        ready: impl Fn() -> bool,
+    ) -> bool {
+        if spin.is_zero() || self.calls_outstanding() > 1 || !self.start_driving() {
+            return false;
+        }
+        let until = Instant::now() + spin;
+        let until = deadline.map_or(until, |d| d.min(until));
+        let mut empty = 0u32;
+        while !ready() {
+            if self.poll_once().is_some_and(|n| n > 0) {
+                continue;
+            }
+            empty = empty.wrapping_add(1);
+            if empty % clock_every == 0 && Instant::now() >= until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        true
+    }
+
     /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
     fn start_driving(&self) -> bool {
-        self.drivers
+        let granted = self
+            .drivers
             .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+            .is_ok();
+        if granted {
+            self.drove.store(true, Ordering::Relaxed);
+        }
+        granted
+    }
+
+    /// Ends the poller thread's standing back (if it was) and wakes it.
+    fn call_the_poller_back(&self) {
+        if self.standing_back.swap(false, Ordering::SeqCst) {
+            if let Some(t) = self.poller_thread.get() {
+                super::woke_a_thread();
+                t.unpark();
+            }
+        }
     }
 
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
@@ -265,6 +346,10 @@ impl Endpoint {
     /// A client call starts (see [`Endpoint::stop_driving`]).
     pub(crate) fn call_started(&self) {
         self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
+        // A stream reader's polling serves only its own call (see `drive_stream`).
+        if self.standing_back.load(Ordering::SeqCst) {
+            self.call_the_poller_back();
+        }
     }
 
     /// Client calls started and not yet over for their callers.
@@ -286,13 +371,22 @@ impl Endpoint {
         let mut next_keepalive = keepalive_tick.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
-            if self.drivers.load(Ordering::Acquire) > 0 {
+            let standing_back = self.standing_back.load(Ordering::Acquire);
+            if standing_back || self.drivers.load(Ordering::Acquire) > 0 {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
                 std::thread::park_timeout(DEADLINE_TICK);
                 let now = Instant::now();
                 if now >= next_tick {
                     self.expire(now);
                     next_tick = now + DEADLINE_TICK;
+                }
+                if standing_back && self.drivers.load(Ordering::Acquire) == 0 {
+                    // What came while the reader was busy with its messages; a reader that
+                    // did not wait for one during a whole tick is not polling any more.
+                    self.poll_once();
+                    if !self.drove.swap(false, Ordering::Relaxed) {
+                        self.standing_back.store(false, Ordering::SeqCst);
+                    }
                 }
                 last_work = now;
                 continue;

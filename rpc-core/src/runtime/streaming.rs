@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use super::endpoint::Endpoint;
 use super::port::Port;
@@ -51,6 +52,9 @@ pub struct Streaming<T> {
     /// Client: the endpoint that counts this call as outstanding until the stream is
     /// dropped.
     endpoint: Option<Arc<Endpoint>>,
+    /// Client: how long a blocking read polls the endpoint's completions itself before it
+    /// parks ([`crate::ClientBuilder::spin`]).
+    spin: Duration,
     _message: PhantomData<fn() -> T>,
 }
 
@@ -80,6 +84,7 @@ impl<T> Streaming<T> {
             done: false,
             pump: None,
             endpoint: None,
+            spin: Duration::ZERO,
             _message: PhantomData,
         }
     }
@@ -91,8 +96,9 @@ impl<T> Streaming<T> {
         }
     }
 
-    pub(crate) fn set_endpoint(&mut self, endpoint: Arc<Endpoint>) {
+    pub(crate) fn set_endpoint(&mut self, endpoint: Arc<Endpoint>, spin: Duration) {
         self.endpoint = Some(endpoint);
+        self.spin = spin;
     }
 
     pub(crate) fn set_pump(&mut self, pump: Pump) {
@@ -137,6 +143,12 @@ impl<T> Streaming<T> {
             // Requests still to pull (an async bidi call read blocking): poll both, parked
             // in between, as an executor would.
             return block_on(std::future::poll_fn(|cx| self.poll_item(cx)));
+        }
+        if let Some(endpoint) = &self.endpoint {
+            let inbox = &self.shared.inbox;
+            if inbox.is_empty() {
+                endpoint.drive_stream(self.spin, || !inbox.is_empty());
+            }
         }
         self.shared.inbox.recv(None).flatten()
     }

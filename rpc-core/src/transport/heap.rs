@@ -259,6 +259,10 @@ impl CompletionQueue for ChannelCq {
     fn set_driver(&self, driver: Weak<dyn Driver>) {
         let _ = self.driver.set(driver);
     }
+
+    fn needs_polling(&self) -> bool {
+        false
+    }
 }
 
 /// What a link of the heap-slot transports (TCP, in-memory) keeps: its id, slot rings and the
