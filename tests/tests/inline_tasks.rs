@@ -134,3 +134,68 @@ fn an_inline_stream_held_up_by_flow_control_resumes_off_the_worker_pool() {
         );
     });
 }
+
+/// Echo that answers with what a second server echoes: a handler that makes a blocking
+/// call of its own while it runs on the server's receiving thread.
+struct RelayEcho {
+    downstream: EchoClient,
+}
+
+impl Echo for RelayEcho {
+    async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
+        let reply = self.downstream.echo(request.into_inner())?;
+        Ok(Response::new(reply.into_inner()))
+    }
+
+    type EchoRepeatStream = Noting;
+
+    async fn echo_repeat(
+        &self,
+        _request: Request<EchoRepeatRequest>,
+    ) -> Result<Response<Noting>, Status> {
+        Err(Status::unimplemented("not relayed"))
+    }
+}
+
+/// While a server's handler runs, the frames it sends on its server's connections wait to
+/// go out together when it returns; the requests of its own calls to other servers must not
+/// (a blocking call would then wait for a request that was never sent).
+#[test]
+fn an_inline_handlers_own_blocking_call_is_sent_at_once() {
+    with_watchdog("a relaying handler", Duration::from_secs(60), || {
+        let threads = Threads::default();
+        let downstream = Server::builder()
+            .add_service(EchoServer::new(NotingEcho { threads }))
+            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .expect("the downstream server starts");
+        let relay = Server::builder()
+            .add_service_with(
+                EchoServer::new(RelayEcho {
+                    downstream: EchoClient::new(
+                        Client::builder()
+                            .transport(TransportKind::Tcp)
+                            .connect(downstream.local_addr())
+                            .expect("connects downstream"),
+                    ),
+                }),
+                Execution::Inline,
+            )
+            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .expect("the relay starts");
+        let client = EchoClient::new(
+            Client::builder()
+                .transport(TransportKind::Tcp)
+                .connect(relay.local_addr())
+                .expect("connects"),
+        );
+        for i in 0..200u32 {
+            let payload = i.to_le_bytes().to_vec();
+            let reply = client
+                .echo(EchoRequest {
+                    payload: payload.clone(),
+                })
+                .expect("a relayed echo");
+            assert_eq!(reply.into_inner().payload, payload);
+        }
+    });
+}

@@ -7,6 +7,7 @@
 //! Data flows one way: completion → owner → protocol core → delivery (handler or waiting
 //! call) → protocol core (reply) → post.
 
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -385,6 +386,75 @@ pub(crate) struct Conn {
     dispatch: Option<Arc<dyn Dispatch>>,
     pub(crate) counters: Arc<Counters>,
     closed: AtomicBool,
+    /// A server's connection: frames posted inside [`holding_sends`] are held for one batch.
+    serving: bool,
+}
+
+thread_local! {
+    static HELD_SENDS: HeldSends = const {
+        HeldSends {
+            active: Cell::new(false),
+            links: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+/// The links whose frames this thread holds back while it runs a handler or its task.
+struct HeldSends {
+    active: Cell<bool>,
+    /// Links with held frames; kept (empty) between runs, so holding allocates nothing
+    /// once a thread has held for as many links as it ever will at once.
+    links: RefCell<Vec<Arc<dyn Link>>>,
+}
+
+impl HeldSends {
+    /// Whether frames are held now; registers `link` for the flush if so.
+    fn hold(&self, link: &Arc<dyn Link>) -> bool {
+        if !self.active.get() {
+            return false;
+        }
+        let mut links = self.links.borrow_mut();
+        if !links.iter().any(|l| Arc::ptr_eq(l, link)) {
+            links.push(Arc::clone(link));
+        }
+        true
+    }
+}
+
+/// Ends a holding: posts what each link holds.
+struct FlushHeld;
+
+impl Drop for FlushHeld {
+    fn drop(&mut self) {
+        HELD_SENDS.with(|held| {
+            held.active.set(false);
+            loop {
+                let Some(link) = held.links.borrow_mut().pop() else {
+                    return;
+                };
+                if let Err(e) = link.flush_sends() {
+                    tracing::warn!(peer = %link.peer_name(), error = %e, "send failed; closing the connection");
+                    link.close();
+                }
+            }
+        });
+    }
+}
+
+/// Runs `f`, a server's handler or handler task, with the frames it has this thread post on
+/// server connections held by their links until it returns, then posted as one batch per
+/// link: the messages a streaming handler sends in one go (until its window or the credits
+/// run out, or it awaits something) cost one `ibv_post_send`, one doorbell and, on
+/// Soft-RoCE, one system call, instead of one each. The frames wait only for `f` itself,
+/// which runs without blocking (a future's poll, or an inline handler); client connections
+/// (a handler's own calls to other servers) post at once. Nested holdings join the
+/// outermost.
+pub(crate) fn holding_sends<R>(f: impl FnOnce() -> R) -> R {
+    if HELD_SENDS.with(|held| held.active.replace(true)) {
+        return f();
+    }
+    let _flush = FlushHeld;
+    f()
 }
 
 /// A message body ready to be encoded: protobuf messages.
@@ -421,6 +491,7 @@ impl Conn {
         Arc::new_cyclic(|me| Conn {
             me: me.clone(),
             peer: link.peer_name().into(),
+            serving: role == Role::Server,
             peer_hello: peer,
             local_hello: local,
             max_segment: core.max_segment(),
@@ -489,7 +560,7 @@ impl Conn {
     fn post(&self, buf: SendBuf, len: usize, batched: bool) -> bool {
         assert_unlocked("posting a frame");
         self.counters.sent(len);
-        let posted = if batched {
+        let posted = if batched || self.held_here() {
             self.link.post_send_batched(buf, len)
         } else {
             self.link.post_send(buf, len)
@@ -537,11 +608,17 @@ impl Conn {
                 None => break,
             }
         }
-        if posted {
+        if posted && !self.held_here() {
             if let Err(e) = self.link.flush_sends() {
                 self.send_failed(&e);
             }
         }
+    }
+
+    /// Whether this thread holds this connection's frames back for now (see
+    /// [`holding_sends`]); if so, its link is flushed when the holding ends.
+    fn held_here(&self) -> bool {
+        self.serving && HELD_SENDS.with(|held| held.hold(&self.link))
     }
 
     /// One work item, on the owning thread; what it delivers is settled (see

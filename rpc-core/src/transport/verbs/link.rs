@@ -14,7 +14,10 @@
 //! an exhausted pool always has a signalled SEND outstanding. WRs on an RC QP complete in
 //! order, so a signalled completion frees its own slot and every earlier unsignalled one
 //! (tracked in posting order in `SendState::inflight`). Frames of at most the QP's inline
-//! limit are sent inline.
+//! limit are sent inline. `post_send_batched` holds SENDs in `SendState::held` until
+//! `flush_sends` posts them chained, one `ibv_post_send` (one doorbell) per
+//! [`super::qp::POST_CHAIN`]; a plain `post_send` posts the held ones first, so frames always
+//! go out in the order they were posted.
 //!
 //! **wr_id.** bit 63: send (1) or receive (0); bits 32..63: the link's key in the CQ's link
 //! table; bits 0..32: the slot.
@@ -30,7 +33,7 @@ use rdma_sys::ibv_send_flags;
 use super::cq::{CqShared, CqeReservation};
 use super::events::CmDispatcher;
 use super::mr::Region;
-use super::qp::{Qp, QpAttributes};
+use super::qp::{Qp, QpAttributes, SendWr};
 use crate::protocol::v2::Hello;
 use crate::transport::{Link, LinkId, SendBuf, SendInner};
 use crate::Error;
@@ -56,8 +59,11 @@ pub(super) fn decode_wr_id(wr_id: u64) -> (bool, u32, u32) {
 struct SendState {
     /// Posted since the last signalled SEND.
     unsignaled: u32,
-    /// Posted slots in posting order, not yet covered by a completion.
+    /// Posted (or held in `held`) slots in posting order, not yet covered by a completion.
     inflight: VecDeque<u32>,
+    /// SENDs of `post_send_batched` not posted yet (at most one per send slot: the capacity
+    /// is reserved up front). They are the tail of `inflight`.
+    held: Vec<SendWr>,
 }
 
 /// Everything a link owns. Field order is drop order: the QP goes first (so the device stops
@@ -118,6 +124,7 @@ impl LinkInner {
             send_state: Mutex::new(SendState {
                 unsignaled: 0,
                 inflight: VecDeque::with_capacity(count as usize),
+                held: Vec::with_capacity(count as usize),
             }),
             reposted: AtomicU32::new(0),
             closing: AtomicBool::new(false),
@@ -261,6 +268,54 @@ impl LinkInner {
         }
     }
 
+    /// Queues the SEND of `len` bytes of `send`'s slot behind those held (signalled and
+    /// inline as `post_send` decides), to go out at the next [`LinkInner::post_held`].
+    fn hold(&self, state: &mut SendState, mut send: VerbsSend, len: usize) {
+        let signal = state.unsignaled + 1 >= self.signal_every
+            || self.free.len() < self.signal_every as usize;
+        let mut flags = 0;
+        if signal {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if len > 0 && len <= self.qp.max_inline() as usize {
+            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        state.held.push(SendWr {
+            wr_id: wr_id(true, self.key, send.slot),
+            addr: self.send.slot_addr(send.slot),
+            len: len as u32,
+            lkey: self.send.lkey(),
+            flags,
+        });
+        state.inflight.push_back(send.slot);
+        state.unsignaled = if signal { 0 } else { state.unsignaled + 1 };
+        send.posted = true;
+    }
+
+    /// Posts the held SENDs, chained (one doorbell per [`super::qp::POST_CHAIN`]). On a
+    /// closing link they are dropped and their slots freed: the QP is flushed anyway.
+    fn post_held(&self, state: &mut SendState) -> Result<(), Error> {
+        if state.held.is_empty() {
+            return Ok(());
+        }
+        let result = if self.is_closing() {
+            Err(Error::ConnectionClosed(self.close_reason()))
+        } else {
+            self.qp.post_sends(&state.held)
+        };
+        if result.is_err() {
+            // Whatever was not posted never completes: give its slots back. (A failed post
+            // closes the link; the ones posted before it complete flushed.)
+            for _ in 0..state.held.len() {
+                if let Some(slot) = state.inflight.pop_back() {
+                    let _ = self.free.push(slot);
+                }
+            }
+        }
+        state.held.clear();
+        result
+    }
+
     /// Builds the receive buffer handed up for a completed slot.
     pub(super) fn recv_buf(self: &Arc<Self>, slot: u32) -> VerbsRecv {
         VerbsRecv {
@@ -346,6 +401,38 @@ pub struct VerbsLink {
 }
 
 impl VerbsLink {
+    /// The send slot of `buf`, once it is known to be this link's and `len` to fit it.
+    fn checked(&self, buf: SendBuf, len: usize) -> Result<VerbsSend, Error> {
+        let send = match buf.inner {
+            SendInner::Verbs(send) => send,
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(Error::Verbs {
+                    call: "ibv_post_send",
+                    reason: "the buffer was not allocated by a verbs link".into(),
+                })
+            }
+        };
+        let link = &self.inner;
+        if !Arc::ptr_eq(&send.link, link) {
+            return Err(Error::Verbs {
+                call: "ibv_post_send",
+                reason: "the buffer belongs to another link".into(),
+            });
+        }
+        let limit = link.send_limit();
+        if len > limit {
+            return Err(Error::FrameTooLarge {
+                len,
+                slot_size: limit,
+            });
+        }
+        if link.is_closing() {
+            return Err(Error::ConnectionClosed(link.close_reason()));
+        }
+        Ok(send)
+    }
+
     pub(super) fn new(inner: Arc<LinkInner>) -> VerbsLink {
         VerbsLink { inner }
     }
@@ -381,54 +468,22 @@ impl Link for VerbsLink {
     }
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
-        let mut send = match buf.inner {
-            SendInner::Verbs(send) => send,
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(Error::Verbs {
-                    call: "ibv_post_send",
-                    reason: "the buffer was not allocated by a verbs link".into(),
-                })
-            }
-        };
-        let link = &self.inner;
-        if !Arc::ptr_eq(&send.link, link) {
-            return Err(Error::Verbs {
-                call: "ibv_post_send",
-                reason: "the buffer belongs to another link".into(),
-            });
-        }
-        let limit = link.send_limit();
-        if len > limit {
-            return Err(Error::FrameTooLarge {
-                len,
-                slot_size: limit,
-            });
-        }
-        if link.is_closing() {
-            return Err(Error::ConnectionClosed(link.close_reason()));
-        }
-        let mut state = link.send_state.lock();
-        let signal = state.unsignaled + 1 >= link.signal_every
-            || link.free.len() < link.signal_every as usize;
-        let mut flags = 0;
-        if signal {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        if len > 0 && len <= link.qp.max_inline() as usize {
-            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        link.qp.post_send(
-            wr_id(true, link.key, send.slot),
-            link.send.slot_addr(send.slot),
-            len as u32,
-            link.send.lkey(),
-            flags,
-        )?;
-        state.inflight.push_back(send.slot);
-        state.unsignaled = if signal { 0 } else { state.unsignaled + 1 };
-        send.posted = true;
+        let send = self.checked(buf, len)?;
+        let mut state = self.inner.send_state.lock();
+        self.inner.hold(&mut state, send, len);
+        self.inner.post_held(&mut state)
+    }
+
+    fn post_send_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        let send = self.checked(buf, len)?;
+        let mut state = self.inner.send_state.lock();
+        self.inner.hold(&mut state, send, len);
         Ok(())
+    }
+
+    fn flush_sends(&self) -> Result<(), Error> {
+        let mut state = self.inner.send_state.lock();
+        self.inner.post_held(&mut state)
     }
 
     fn take_reposted(&self) -> u32 {

@@ -12,6 +12,7 @@
 //! | `max_send_wr` / `max_recv_wr` | slot count | one WR per slot; a slot is reused only after its completion was polled, so posting cannot overflow |
 //! | `sq_sig_all` | 0 | selective signalling (see the link module) |
 
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -25,6 +26,19 @@ use super::cq::RawCq;
 use super::device::Pd;
 use super::sys::{errno_error, status_error};
 use crate::Error;
+
+/// Most SENDs chained into one `ibv_post_send`.
+pub(super) const POST_CHAIN: usize = 16;
+
+/// One SEND of [`Qp::post_sends`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SendWr {
+    pub(super) wr_id: u64,
+    pub(super) addr: u64,
+    pub(super) len: u32,
+    pub(super) lkey: u32,
+    pub(super) flags: u32,
+}
 
 /// Requested inline size.
 const INLINE_REQUEST: u32 = 256;
@@ -148,35 +162,46 @@ impl Qp {
         Ok(())
     }
 
-    /// Posts one SEND of `len` bytes at `addr`.
-    pub(super) fn post_send(
-        &self,
-        wr_id: u64,
-        addr: u64,
-        len: u32,
-        lkey: u32,
-        flags: u32,
-    ) -> Result<(), Error> {
-        let mut sge = ibv_sge {
-            addr,
-            length: len,
-            lkey,
-        };
-        // SAFETY: ibv_send_wr is plain old data (pointers, integers, unions of those); all-zero
-        // is a valid value.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = if len == 0 { 0 } else { 1 };
-        wr.opcode = rdma_sys::ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = flags;
-        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is live; `wr` and `sge` are valid for the call. The data lies in a
-        // region registered on this QP's PD that outlives the QP; the caller keeps the slot
-        // unchanged until its completion (or the data is inline, copied during the call).
-        let ret = unsafe { rdma_sys::ibv_post_send(self.raw.as_ptr(), &mut wr, &mut bad) };
-        if ret != 0 {
-            return Err(status_error("ibv_post_send", ret));
+    /// Posts `sends` in order, chained into lists of up to [`POST_CHAIN`] work requests: one
+    /// `ibv_post_send` (one doorbell) per list. On an error, the requests before the failed
+    /// one were posted.
+    pub(super) fn post_sends(&self, sends: &[SendWr]) -> Result<(), Error> {
+        for chunk in sends.chunks(POST_CHAIN) {
+            let mut sges = [MaybeUninit::<ibv_sge>::uninit(); POST_CHAIN];
+            let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; POST_CHAIN];
+            let n = chunk.len();
+            for (i, send) in chunk.iter().enumerate() {
+                let sge = sges[i].write(ibv_sge {
+                    addr: send.addr,
+                    length: send.len,
+                    lkey: send.lkey,
+                });
+                // SAFETY: ibv_send_wr is plain old data (pointers, integers, unions of
+                // those); all-zero is a valid value.
+                let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+                wr.wr_id = send.wr_id;
+                wr.sg_list = sge;
+                wr.num_sge = if send.len == 0 { 0 } else { 1 };
+                wr.opcode = rdma_sys::ibv_wr_opcode::IBV_WR_SEND;
+                wr.send_flags = send.flags;
+                wrs[i].write(wr);
+            }
+            let base = wrs.as_mut_ptr().cast::<ibv_send_wr>();
+            for i in 0..n - 1 {
+                // SAFETY: entries 0..n were written above; `base.add(i + 1)` stays inside
+                // the array, which outlives the call below.
+                unsafe { (*base.add(i)).next = base.add(i + 1) };
+            }
+            let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+            // SAFETY: the QP is live; the n chained requests and their sges are initialized
+            // and valid for the call (the last one's `next` is null from the zeroing). The
+            // data lies in a region registered on this QP's PD that outlives the QP; the
+            // caller keeps each slot unchanged until its completion (or the data is inline,
+            // copied during the call).
+            let ret = unsafe { rdma_sys::ibv_post_send(self.raw.as_ptr(), base, &mut bad) };
+            if ret != 0 {
+                return Err(status_error("ibv_post_send", ret));
+            }
         }
         Ok(())
     }

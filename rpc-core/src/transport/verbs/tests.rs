@@ -460,6 +460,46 @@ fn verbs_send_pool_exhaustion_and_send_done() {
     assert_no_resources_left();
 }
 
+/// Frames posted with `post_send_batched` stay on this side until `flush_sends`, then go
+/// out in order (40 of them: more than one chained `ibv_post_send`); a plain `post_send`
+/// after held ones sends those first.
+#[test]
+fn verbs_held_sends_go_out_in_order_at_the_flush() {
+    let _serial = SERIAL.lock();
+    let Some((ip, dev)) = device() else { return };
+    let counters = Counters::new(&dev);
+    let mut p = pair(ip, ring(64, 128), ring(64, 128));
+    let batch = 2 * super::qp::POST_CHAIN + 8;
+    for i in 0..batch {
+        let mut buf = p.client.alloc_send().expect("slot");
+        buf[..2].copy_from_slice(&[i as u8, 0xb]);
+        p.client.post_send_batched(buf, 2).expect("held");
+    }
+    p.server_cq.quiet(Duration::from_millis(300));
+    p.client.flush_sends().expect("flush");
+    for i in 0..batch {
+        let (_, got) = p.server_cq.recv();
+        assert_eq!(&got[..], &[i as u8, 0xb], "frame {i} in order");
+    }
+    // Held, then one posted at once: the held ones go first.
+    for i in 0..3u8 {
+        let mut buf = p.client.alloc_send().expect("slot");
+        buf[..2].copy_from_slice(&[i, 0xc]);
+        p.client.post_send_batched(buf, 2).expect("held");
+    }
+    send(&p.client, &[3, 0xc]);
+    for i in 0..4u8 {
+        let (_, got) = p.server_cq.recv();
+        assert_eq!(&got[..], &[i, 0xc], "frame {i} in order");
+    }
+    // A flush with nothing held posts nothing.
+    p.client.flush_sends().expect("an empty flush");
+    p.server_cq.quiet(Duration::from_millis(100));
+    counters.assert_unchanged();
+    drop(p);
+    assert_no_resources_left();
+}
+
 #[test]
 fn verbs_close_reports_closed_on_both_sides() {
     let _serial = SERIAL.lock();
