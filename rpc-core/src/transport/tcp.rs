@@ -336,9 +336,11 @@ impl TcpConn {
                         }
                         n -= left;
                         w.offset = 0;
-                        // Dropping the slot returns it to the send pool.
-                        drop(w.frames.pop_front());
+                        // Uncounted before its slot goes back to the send pool: a frame
+                        // posted in the freed slot at once must find room under `bound`.
+                        let written = w.frames.pop_front();
                         self.unsent.fetch_sub(1, Ordering::AcqRel);
+                        drop(written);
                         completed += 1;
                     }
                 }
