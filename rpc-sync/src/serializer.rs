@@ -1,31 +1,43 @@
 //! [`Serializer`]: state that one thread at a time works on, with work handed to whoever owns
 //! it instead of waiting for it. The runtime keeps each connection's protocol state in one.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
+
+use crate::primitive::Mutex;
 
 use crate::{Exclusive, ExclusiveGuard};
 
-/// The queue of work left for the owner: lock-free in normal builds, a loom-visible mutex
-/// under loom (whose model cannot see inside crossbeam).
-#[cfg(not(loom))]
-type Queue<W> = crossbeam::queue::SegQueue<W>;
+/// The queue of work left for the owner: a buffer under a short lock (never held but to push,
+/// pop or look) that grows to the most items ever queued at once and is reused from then on,
+/// so queueing allocates nothing in a steady state (a lock-free segment queue allocated a
+/// block every 31 items queued). The lock also orders a pusher's item before its look at the
+/// owner against the owner's letting go before its look at the queue, so one of the two sees
+/// the other without relying on fences (which loom models only as acquire/release: this way
+/// the loom models check the very queue that runs).
+struct Queue<W> {
+    items: Mutex<VecDeque<W>>,
+}
 
-#[cfg(loom)]
-struct Queue<W>(loom::sync::Mutex<std::collections::VecDeque<W>>);
-
-#[cfg(loom)]
 impl<W> Queue<W> {
     fn new() -> Self {
-        Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()))
+        Queue {
+            // Room for what a tick or a racing caller leaves now and then, so that the
+            // first such item allocates nothing in the middle of a busy connection's life.
+            items: Mutex::new(VecDeque::with_capacity(4)),
+        }
     }
+
     fn push(&self, w: W) {
-        self.0.lock().unwrap().push_back(w);
+        self.items.lock().push_back(w);
     }
+
     fn pop(&self) -> Option<W> {
-        self.0.lock().unwrap().pop_front()
+        self.items.lock().pop_front()
     }
+
     fn is_empty(&self) -> bool {
-        self.0.lock().unwrap().is_empty()
+        self.items.lock().is_empty()
     }
 }
 
