@@ -68,7 +68,7 @@ pub(crate) mod primitive {
     #[cfg(loom)]
     pub(crate) use loom::cell::UnsafeCell;
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
     #[cfg(loom)]
     pub(crate) use loom::thread::{current, park, Thread};
 
@@ -79,7 +79,7 @@ pub(crate) mod primitive {
     }
 
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 
     /// A short internal lock (never held across a wake or a park): loom's under loom.
     #[cfg(loom)]

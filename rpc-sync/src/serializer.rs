@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
-use crate::primitive::Mutex;
+use crate::primitive::{AtomicUsize, Mutex};
 
 use crate::{Exclusive, ExclusiveGuard};
 
@@ -17,6 +17,8 @@ use crate::{Exclusive, ExclusiveGuard};
 /// the loom models check the very queue that runs).
 struct Queue<W> {
     items: Mutex<VecDeque<W>>,
+    /// How many items `items` holds, kept under the lock: read without it, a hint only.
+    queued: AtomicUsize,
 }
 
 impl<W> Queue<W> {
@@ -25,15 +27,28 @@ impl<W> Queue<W> {
             // Room for what a tick or a racing caller leaves now and then, so that the
             // first such item allocates nothing in the middle of a busy connection's life.
             items: Mutex::new(VecDeque::with_capacity(4)),
+            queued: AtomicUsize::new(0),
         }
     }
 
     fn push(&self, w: W) {
-        self.items.lock().push_back(w);
+        let mut items = self.items.lock();
+        items.push_back(w);
+        self.queued.store(items.len(), Ordering::Relaxed);
     }
 
     fn pop(&self) -> Option<W> {
-        self.items.lock().pop_front()
+        let mut items = self.items.lock();
+        let w = items.pop_front();
+        self.queued.store(items.len(), Ordering::Relaxed);
+        w
+    }
+
+    /// Whether items may be queued: without the lock, so possibly stale either way. Only
+    /// where a stale answer costs nothing but order among items racing each other: the
+    /// checks that decide whether work is left behind take the lock ([`Queue::is_empty`]).
+    fn maybe_queued(&self) -> bool {
+        self.queued.load(Ordering::Relaxed) > 0
     }
 
     fn is_empty(&self) -> bool {
@@ -81,7 +96,7 @@ impl<S, W> Serializer<S, W> {
         let Some(mut guard) = self.owner.try_lock() else {
             return self.run(None, Some(work), &mut step, &mut deliver);
         };
-        if !self.inbox.is_empty() {
+        if self.inbox.maybe_queued() {
             // Items left earlier run first.
             return self.run(Some(guard), Some(work), &mut step, &mut deliver);
         }
@@ -126,10 +141,10 @@ impl<S, W> Serializer<S, W> {
             while delivery.is_none() {
                 // `is_empty` first: much cheaper than a `pop` that finds nothing, the
                 // common case when nothing was left for the owner.
-                let left = if self.inbox.is_empty() {
-                    None
-                } else {
+                let left = if self.inbox.maybe_queued() {
                     self.inbox.pop()
+                } else {
+                    None
                 };
                 let Some(w) = left.or_else(|| own.take()) else {
                     break;

@@ -10,7 +10,7 @@
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -399,6 +399,9 @@ thread_local! {
     };
 }
 
+/// Threads inside [`holding_sends`] now.
+static HOLDING_THREADS: AtomicUsize = AtomicUsize::new(0);
+
 /// The links whose frames this thread holds back while it runs a handler or its task.
 struct HeldSends {
     active: Cell<bool>,
@@ -426,6 +429,7 @@ struct FlushHeld;
 
 impl Drop for FlushHeld {
     fn drop(&mut self) {
+        HOLDING_THREADS.fetch_sub(1, Ordering::Relaxed);
         HELD_SENDS.with(|held| {
             held.active.set(false);
             loop {
@@ -441,18 +445,18 @@ impl Drop for FlushHeld {
     }
 }
 
-/// Runs `f`, a server's handler or handler task, with the frames it has this thread post on
+/// Runs `f`, a run of a server's handler task, with the frames it has this thread post on
 /// server connections held by their links until it returns, then posted as one batch per
 /// link: the messages a streaming handler sends in one go (until its window or the credits
 /// run out, or it awaits something) cost one `ibv_post_send`, one doorbell and, on
 /// Soft-RoCE, one system call, instead of one each. The frames wait only for `f` itself,
-/// which runs without blocking (a future's poll, or an inline handler); client connections
-/// (a handler's own calls to other servers) post at once. Nested holdings join the
-/// outermost.
+/// a future's poll, which does not block; client connections (a handler's own calls to other
+/// servers) post at once. Nested holdings join the outermost.
 pub(crate) fn holding_sends<R>(f: impl FnOnce() -> R) -> R {
     if HELD_SENDS.with(|held| held.active.replace(true)) {
         return f();
     }
+    HOLDING_THREADS.fetch_add(1, Ordering::Relaxed);
     let _flush = FlushHeld;
     f()
 }
@@ -618,7 +622,11 @@ impl Conn {
     /// Whether this thread holds this connection's frames back for now (see
     /// [`holding_sends`]); if so, its link is flushed when the holding ends.
     fn held_here(&self) -> bool {
-        self.serving && HELD_SENDS.with(|held| held.hold(&self.link))
+        // The count spares every other post the thread-local lookup: a thread that holds
+        // counted itself before, so it sees its own count.
+        self.serving
+            && HOLDING_THREADS.load(Ordering::Relaxed) > 0
+            && HELD_SENDS.with(|held| held.hold(&self.link))
     }
 
     /// One work item, on the owning thread; what it delivers is settled (see

@@ -569,7 +569,16 @@ pub(crate) fn run_on_this_poller(task: Arc<dyn Runnable>) -> Result<(), Arc<dyn 
 /// Runs the tasks [`run_on_this_poller`] took (and those they wake), then stops taking more;
 /// the frames they send go out together at the end (see [`super::conn::holding_sends`]).
 fn run_woken_inline() {
-    super::conn::holding_sends(run_woken_tasks);
+    let none = WOKEN_INLINE.with(|w| {
+        let none = w.tasks.borrow().is_empty();
+        if none {
+            w.polling.set(false);
+        }
+        none
+    });
+    if !none {
+        super::conn::holding_sends(run_woken_tasks);
+    }
 }
 
 fn run_woken_tasks() {

@@ -482,10 +482,7 @@ pub(crate) fn run_handler(
     let _span = tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer)
         .entered();
     assert_unlocked("calling a handler");
-    let called = super::conn::holding_sends(|| {
-        catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply)))
-    });
-    if let Err(panic) = called {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
         log_panic(path, &*panic);
     }
 }
