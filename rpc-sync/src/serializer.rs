@@ -139,8 +139,8 @@ impl<S, W> Serializer<S, W> {
             };
             let mut delivery = None;
             while delivery.is_none() {
-                // `is_empty` first: much cheaper than a `pop` that finds nothing, the
-                // common case when nothing was left for the owner.
+                // The count first: no lock in the common case, nothing left for the owner.
+                // A stale zero is caught by the locked check after letting go, below.
                 let left = if self.inbox.maybe_queued() {
                     self.inbox.pop()
                 } else {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures_timer::Delay;
-use rpc_core::{Request, Response, Status};
+use rpc_core::{Request, Response, Status, Streaming};
 
 use crate::scenarios::payload;
 use crate::testing::race_server::Race;
@@ -185,5 +185,41 @@ impl Race for RaceService {
             }
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A Flood request: `count` payloads of `size` bytes (0: without end), `interval_micros` µs
+/// apart.
+pub fn flood(size: u32, count: u64, interval_micros: u32) -> FloodRequest {
+    FloodRequest {
+        size,
+        count,
+        interval_micros,
+    }
+}
+
+/// Checks the `i`th message of a Flood stream of `size`-byte payloads.
+pub fn check_message(message: &Payload, i: u64, size: u32) {
+    assert_eq!(message.id, i, "a Flood stream's messages arrive in order");
+    assert_eq!(*message, payload(i, size as usize), "message {i} intact");
+}
+
+/// Reads a Flood stream of `size`-byte payloads to its end, checking each message (the next
+/// one is message `from`); returns how many messages the stream had and how it ended.
+pub fn read_to_end(
+    stream: &mut Streaming<Payload>,
+    from: u64,
+    size: u32,
+) -> (u64, Result<(), Status>) {
+    let mut n = from;
+    loop {
+        match stream.blocking_message() {
+            Ok(Some(message)) => {
+                check_message(&message, n, size);
+                n += 1;
+            }
+            Ok(None) => return (n, Ok(())),
+            Err(status) => return (n, Err(status)),
+        }
     }
 }

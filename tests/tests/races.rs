@@ -25,11 +25,11 @@ use futures::future::{self, Either};
 use futures_timer::Delay;
 use rpc_core::protocol::Connection;
 use rpc_core::{Client, Code, Request, RingConfig, Server, Status, Streaming, TransportKind};
-use rpc_tests::race::{Census, RaceService};
+use rpc_tests::race::{check_message, flood, read_to_end, Census, RaceService};
 use rpc_tests::scenarios::{payload, with_watchdog};
 use rpc_tests::testing::race_client::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
-use rpc_tests::testing::{FloodRequest, Payload, SleepRequest};
+use rpc_tests::testing::{Payload, SleepRequest};
 
 const T: TransportKind = TransportKind::Tcp;
 
@@ -60,36 +60,6 @@ fn connect(server: &Server) -> RaceClient {
 
 fn nap(micros: u32) -> SleepRequest {
     SleepRequest { millis: 0, micros }
-}
-
-fn flood(size: u32, count: u64, interval_micros: u32) -> FloodRequest {
-    FloodRequest {
-        size,
-        count,
-        interval_micros,
-    }
-}
-
-/// Checks the `i`th message of a Flood stream of `size`-byte payloads.
-fn check_message(message: &Payload, i: u64, size: u32) {
-    assert_eq!(message.id, i, "a Flood stream's messages arrive in order");
-    assert_eq!(*message, payload(i, size as usize), "message {i} intact");
-}
-
-/// Reads a Flood stream of `size`-byte payloads to its end, checking each message (the next
-/// one is message `from`); returns how many messages the stream had and how it ended.
-fn read_to_end(stream: &mut Streaming<Payload>, from: u64, size: u32) -> (u64, Result<(), Status>) {
-    let mut n = from;
-    loop {
-        match stream.blocking_message() {
-            Ok(Some(message)) => {
-                check_message(&message, n, size);
-                n += 1;
-            }
-            Ok(None) => return (n, Ok(())),
-            Err(status) => return (n, Err(status)),
-        }
-    }
 }
 
 /// The connection serves calls: a nap and a whole short stream.

@@ -13,13 +13,13 @@ use rpc_core::protocol::v2::flags;
 use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
 use rpc_core::transport::{Completion, Link, RingConfig};
-use rpc_core::{Client, Code, Request, Status, Streaming, TransportKind};
-use rpc_tests::race::{Census, RaceService};
+use rpc_core::{Client, Code, Request, TransportKind};
+use rpc_tests::race::{flood, read_to_end, Census, RaceService};
 use rpc_tests::scenarios::{self, connect, payload, serve, RING};
 use rpc_tests::testing::race_client::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
 use rpc_tests::testing::torture_client::TortureClient;
-use rpc_tests::testing::{FloodRequest, Payload, SleepRequest};
+use rpc_tests::testing::SleepRequest;
 
 const V: TransportKind = TransportKind::Verbs;
 
@@ -141,14 +141,6 @@ fn connect_race(server: &rpc_core::Server) -> RaceClient {
     )
 }
 
-fn flood(size: u32, count: u64, interval_micros: u32) -> FloodRequest {
-    FloodRequest {
-        size,
-        count,
-        interval_micros,
-    }
-}
-
 /// A blocking reader of a response stream polls the completion queue itself while its call
 /// is the client's only one (the poller thread stands back). Calls started meanwhile on
 /// other threads, blocking and async, must still complete (the poller comes back for
@@ -161,13 +153,13 @@ fn verbs_calls_started_while_a_stream_reader_polls_complete() {
         Duration::from_secs(240),
         move || {
             const MESSAGES: u64 = 20_000;
-            const SIZE: usize = 64;
+            const SIZE: u32 = 64;
             let census = Census::new();
             let server = serve_race(&ip, &census);
             let client = connect_race(&server);
             for round in 0..3u32 {
                 let mut stream = client
-                    .flood(flood(SIZE as u32, MESSAGES, 0))
+                    .flood(flood(SIZE, MESSAGES, 0))
                     .expect("a stream opens")
                     .into_inner();
                 let stop = AtomicBool::new(false);
@@ -192,7 +184,7 @@ fn verbs_calls_started_while_a_stream_reader_polls_complete() {
                         }
                         made
                     });
-                    let outcome = read_flood(&mut stream, 0, SIZE);
+                    let outcome = read_to_end(&mut stream, 0, SIZE);
                     stop.store(true, Ordering::Release);
                     let made = calls.join().expect("the calls thread");
                     assert!(made > 0, "calls were made during the stream");
@@ -206,7 +198,7 @@ fn verbs_calls_started_while_a_stream_reader_polls_complete() {
                 .flood(flood(10, 500, 0))
                 .expect("a stream")
                 .into_inner();
-            assert_eq!(read_flood(&mut stream, 0, 10), (500, Ok(())));
+            assert_eq!(read_to_end(&mut stream, 0, 10), (500, Ok(())));
             drop(stream);
             client
                 .nap(SleepRequest {
@@ -238,14 +230,14 @@ fn verbs_a_stream_reader_waiting_for_slow_messages_sees_them_and_its_deadline() 
                     .flood(flood(100, 20, interval_micros))
                     .expect("a stream opens")
                     .into_inner();
-                assert_eq!(read_flood(&mut stream, 0, 100), (20, Ok(())));
+                assert_eq!(read_to_end(&mut stream, 0, 100), (20, Ok(())));
             }
             // Endless, one message per 200 ms, under a 500 ms deadline.
             let mut request = Request::new(flood(100, 0, 200_000));
             request.set_timeout(Duration::from_millis(500));
             let started = Instant::now();
             let mut stream = client.flood(request).expect("a stream opens").into_inner();
-            let (read, end) = read_flood(&mut stream, 0, 100);
+            let (read, end) = read_to_end(&mut stream, 0, 100);
             let took = started.elapsed();
             let status = end.expect_err("an endless stream ends only by its deadline");
             assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
@@ -292,38 +284,13 @@ fn verbs_a_stream_reader_polling_sees_the_server_abort() {
                     std::thread::sleep(Duration::from_millis(5 * round));
                     server.abort();
                 });
-                let (_, end) = read_flood(&mut stream, 1, 64);
+                let (_, end) = read_to_end(&mut stream, 1, 64);
                 let status = end.expect_err("an endless stream ends only by the abort");
                 assert_eq!(status.code(), Code::Unavailable, "round {round}: {status}");
                 aborter.join().expect("the abort");
             }
         },
     );
-}
-
-/// Reads `stream` to its end, checking that each message is the next in order (the first
-/// being message `from`) and intact; returns the id after the last one read and how the
-/// stream ended.
-fn read_flood(
-    stream: &mut Streaming<Payload>,
-    from: u64,
-    size: usize,
-) -> (u64, Result<(), Status>) {
-    let mut next = from;
-    loop {
-        match stream.blocking_message() {
-            Ok(Some(message)) => {
-                assert_eq!(
-                    message,
-                    payload(next, size),
-                    "message {next} in order and intact"
-                );
-                next += 1;
-            }
-            Ok(None) => return (next, Ok(())),
-            Err(status) => return (next, Err(status)),
-        }
-    }
 }
 
 /// Serves the Torture service at `RPC_TEST_CHILD_ADDR` until killed: the server process of
