@@ -293,6 +293,85 @@ fn verbs_a_stream_reader_polling_sees_the_server_abort() {
     );
 }
 
+// ----- one thread waits for a window of futures in turn ------------------------------
+
+/// One thread keeps a window of 32 async echo calls and waits for the oldest in turn: over
+/// verbs it polls the completion queue for all of them, and the poller thread stands back
+/// between its waits. Everything else on the same client must still be served meanwhile:
+/// blocking calls and futures awaited on other threads (they call the poller back), streams
+/// opened, and deadlines passing, of calls others wait for and of a future in the window.
+#[test]
+fn verbs_a_window_of_futures_and_other_callers_share_a_client() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog("window of futures", Duration::from_secs(240), move || {
+        const WINDOW: usize = 32;
+        const CALLS: u64 = 20_000;
+        let server = serve(&format!("{ip}:0"), V);
+        let client = connect(&server, V);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let others = s.spawn(|| {
+                let mut made = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    let id = 1_000_000 + made;
+                    let reply = client
+                        .echo(payload(id, 64))
+                        .expect("a blocking echo beside the window");
+                    assert_eq!(reply.into_inner(), payload(id, 64));
+                    let reply = futures::executor::block_on(client.echo_async(payload(id, 80)))
+                        .expect("an awaited echo beside the window");
+                    assert_eq!(reply.into_inner(), payload(id, 80));
+                    let mut watch = client
+                        .watch(payload(id, 16))
+                        .expect("a stream beside the window")
+                        .into_inner();
+                    for _ in 0..3 {
+                        let message = watch.blocking_message().expect("a watched message");
+                        assert_eq!(message, Some(payload(id, 16)));
+                    }
+                    assert_eq!(watch.blocking_message().map_err(|s| s.code()), Ok(None));
+                    let mut request = Request::new(SleepRequest {
+                        millis: 100,
+                        micros: 0,
+                    });
+                    request.set_timeout(Duration::from_millis(5));
+                    let status = client
+                        .sleep(request)
+                        .expect_err("the deadline passes first");
+                    assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
+                    made += 4;
+                }
+                made
+            });
+            let mut late = Request::new(SleepRequest {
+                millis: 100,
+                micros: 0,
+            });
+            late.set_timeout(Duration::from_millis(5));
+            let late = client.sleep_async(late);
+            let mut window = std::collections::VecDeque::with_capacity(WINDOW);
+            let mut next = 0u64;
+            while next < CALLS || !window.is_empty() {
+                while next < CALLS && window.len() < WINDOW {
+                    window.push_back((next, client.echo_async(payload(next, 64))));
+                    next += 1;
+                }
+                let (id, reply) = window.pop_front().expect("a call in the window");
+                let reply = reply.wait().expect("an echo of the window");
+                assert_eq!(reply.into_inner(), payload(id, 64), "call {id}");
+            }
+            let status = late.wait().expect_err("its deadline passed long ago");
+            assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
+            stop.store(true, Ordering::Release);
+            let made = others.join().expect("the other callers");
+            assert!(made > 0, "calls were made beside the window");
+        });
+        client
+            .echo(payload(7, 64))
+            .expect("an echo after the window");
+    });
+}
+
 /// Serves the Torture service at `RPC_TEST_CHILD_ADDR` until killed: the server process of
 /// the kill -9 test (run by it; does nothing on its own).
 #[test]

@@ -484,7 +484,7 @@ impl Client {
         cell.thread_waiting.store(blocking, Ordering::Release);
         let headers = headers_block(request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
-        native.endpoint.call_started();
+        native.endpoint.call_started(false);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Unary(Arc::clone(&cell)),
             method: method.id,
@@ -499,6 +499,7 @@ impl Client {
             cell,
             cells: Arc::clone(&native.cells),
             deadline,
+            counted_waiting: false,
         })
     }
 
@@ -601,11 +602,17 @@ struct Started {
     cell: Arc<CallCell>,
     cells: Arc<CellPool>,
     deadline: Option<Instant>,
+    /// A future of this call was polled and is pending: counted among the endpoint's
+    /// waiters until the call is over for its caller.
+    counted_waiting: bool,
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
-        self.endpoint.call_finished();
+        if self.counted_waiting {
+            self.endpoint.end_waiting();
+        }
+        self.endpoint.call_finished(false);
         // A finished call's cell goes back to the pool at once, even while the thread that
         // completed it may still be letting go of its reference: `take_cell` reuses a cell
         // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
@@ -637,6 +644,8 @@ impl Started {
     /// another thread; then it parks and leaves polling to the poller thread.
     fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Reply, Status> {
         self.drive(spin);
+        // Parked, this caller relies on somebody else polling (see `Endpoint::waiting`).
+        let _waiting = (!self.cell.outcome.is_complete()).then(|| self.endpoint.waiting());
         if let Some(r) = self.cell.wait(self.deadline) {
             return r;
         }
@@ -691,7 +700,11 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
     /// Blocks until the response arrives (or the call fails).
     pub fn wait(mut self) -> Result<Response<Resp>, Status> {
         match std::mem::replace(&mut self.state, FutureState::Done) {
-            FutureState::Pending(started) => {
+            FutureState::Pending(mut started) => {
+                // It waits (or drives) below; a poll before counted it as a waiter.
+                if std::mem::take(&mut started.counted_waiting) {
+                    started.endpoint.end_waiting();
+                }
                 let result = started.wait(self.client.inner.config.spin, self.method);
                 self.client.finish(result)
             }
@@ -716,7 +729,14 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
         let outcome = match &mut this.state {
             FutureState::Pending(started) => match started.cell.outcome.poll_take(cx) {
                 Poll::Ready(r) => r,
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // Its waker relies on somebody else polling (see `Endpoint::waiting`).
+                    if !started.counted_waiting {
+                        started.counted_waiting = true;
+                        started.endpoint.begin_waiting();
+                    }
+                    return Poll::Pending;
+                }
             },
             FutureState::Stream {
                 responses,
@@ -805,7 +825,7 @@ impl Client {
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
         let headers = headers_block(request.metadata(), message.is_none());
-        native.endpoint.call_started();
+        native.endpoint.call_started(true);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),
             method: method.id,

@@ -48,16 +48,26 @@ pub(crate) struct Endpoint {
     polling: Exclusive<PollState>,
     /// 1 while a caller drives completions; the poller thread then stands back.
     drivers: AtomicUsize,
-    /// A blocking stream reader drove completions until its next message came, and its call
-    /// is the client's only one: the poller thread keeps standing back (it looks once per
-    /// tick), so the reader's own polling is the only thread on the message path. Cleared
-    /// when a call starts, when the reader gives up driving, or after a tick in which
-    /// nobody drove.
+    /// A caller that drove completions is likely to drive again at once: a blocking stream
+    /// reader whose message came (its call the client's only one), or, over verbs, a caller
+    /// whose reply came while its other calls (futures it has not waited for yet) are still
+    /// outstanding. The poller thread keeps standing back (it looks once per tick), so the
+    /// caller's own polling is the only client thread on the reply path. Cleared when a
+    /// stream call starts, when somebody starts waiting without driving (`waiters`), when
+    /// the caller gives up driving, or after a tick in which nobody drove.
     standing_back: AtomicBool,
     /// Some caller started driving since the poller last looked (while standing back).
     drove: AtomicBool,
     /// Client calls started and not yet over for their callers.
     calls_outstanding: AtomicUsize,
+    /// Of `calls_outstanding`, the stream calls: their readers and senders wait without being
+    /// counted in `waiters`, so the poller thread does not stand back for a unary caller
+    /// while there are any.
+    streams_outstanding: AtomicUsize,
+    /// Unary calls whose outcome somebody waits for without driving: a blocking caller
+    /// parked, a future polled and pending. While there are any, nobody else drives with
+    /// calls outstanding, and the poller thread does not stand back.
+    waiters: AtomicUsize,
     /// A link was registered since the last poll: completions held for it may wait.
     adoption_pending: AtomicBool,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
@@ -109,6 +119,8 @@ impl Endpoint {
             standing_back: AtomicBool::new(false),
             drove: AtomicBool::new(false),
             calls_outstanding: AtomicUsize::new(0),
+            streams_outstanding: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
             adoption_pending: AtomicBool::new(false),
             poller_thread: std::sync::OnceLock::new(),
             role,
@@ -221,11 +233,14 @@ impl Endpoint {
 
     /// Polls the completion queue on the calling thread until `ready()`, for up to `spin`
     /// (and not past `deadline`), so that what the caller waits for needs no wake-up of
-    /// another thread; returns whether `ready()` held when it stopped. Only a caller whose
-    /// call is the client's only one drives (with others outstanding the poller thread is
-    /// busy anyway, and a driver that stops while others wait must wake it again: a
-    /// wake-up per call instead of none), and one at a time: the others, and a caller
-    /// found not ready, go on to park and leave polling to the poller thread.
+    /// another thread; returns whether `ready()` held when it stopped. A caller drives when
+    /// its call is the client's only one, or, on a queue that [needs
+    /// polling](CompletionQueue::needs_polling) (verbs), when nobody else waits for a unary
+    /// call and no stream is open: one thread keeping a window of futures then polls for
+    /// all of them, and the poller thread stands back between its waits (see
+    /// [`Endpoint::stop_driving`]). With others waiting, the poller thread is busy anyway,
+    /// and a driver that stops must wake it again. One caller drives at a time: the others,
+    /// and a caller found not ready, go on to park and leave polling to the poller thread.
     pub(crate) fn drive(
         &self,
         spin: Duration,
@@ -285,7 +300,7 @@ impl Endpoint {
         clock_every: u32,
         ready: impl Fn() -> bool,
     ) -> bool {
-        if spin.is_zero() || self.calls_outstanding() > 1 || !self.start_driving() {
+        if spin.is_zero() || !self.may_drive() || !self.start_driving() {
             return false;
         }
         let until = Instant::now() + spin;
@@ -304,6 +319,22 @@ impl Endpoint {
         true
     }
 
+    /// Whether a caller's call is the only one, or the others are futures nobody waits for
+    /// on a queue that needs polling (see [`Endpoint::drive`]).
+    fn may_drive(&self) -> bool {
+        self.calls_outstanding() <= 1 || self.may_stand_back()
+    }
+
+    /// Whether the poller thread may stand back for a unary caller that drove while other
+    /// calls are outstanding: over verbs (over TCP the I/O thread handles what it reads, and
+    /// a caller spinning besides only takes its CPU), with no stream open and nobody
+    /// waiting without driving.
+    fn may_stand_back(&self) -> bool {
+        self.cq.needs_polling()
+            && self.streams_outstanding.load(Ordering::SeqCst) == 0
+            && self.waiters.load(Ordering::SeqCst) == 0
+    }
+
     /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
     fn start_driving(&self) -> bool {
         let granted = self
@@ -319,36 +350,60 @@ impl Endpoint {
     /// Ends the poller thread's standing back (if it was) and wakes it.
     fn call_the_poller_back(&self) {
         if self.standing_back.swap(false, Ordering::SeqCst) {
-            if let Some(t) = self.poller_thread.get() {
-                super::woke_a_thread();
-                t.unpark();
-            }
+            self.wake_the_poller();
         }
     }
 
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
     /// is done wakes the poller only if other calls wait for completions: otherwise the
     /// poller finds out at its next tick (at most `DEADLINE_TICK`), and a caller making one
-    /// call after another costs no wake-up per call.
+    /// call after another costs no wake-up per call. Over verbs, when the other calls are
+    /// futures nobody waits for (a window of calls that this caller waits for one by one),
+    /// the poller thread stands back instead: the caller's next wait drives again.
     fn stop_driving(&self, own_call_done: bool) {
         // SeqCst pairs with `call_started` and `start_driving`: a caller that failed to
         // become the driver counted its call before, so it is seen here.
         self.drivers.store(0, Ordering::SeqCst);
-        let others = self.calls_outstanding.load(Ordering::SeqCst) > usize::from(own_call_done);
-        if !own_call_done || others {
-            if let Some(t) = self.poller_thread.get() {
-                super::woke_a_thread();
-                t.unpark();
+        if !own_call_done {
+            self.standing_back.store(false, Ordering::SeqCst);
+            self.wake_the_poller();
+            return;
+        }
+        if self.calls_outstanding.load(Ordering::SeqCst) <= 1 {
+            return;
+        }
+        if self.may_stand_back() {
+            self.drove.store(true, Ordering::Relaxed);
+            // Set before `waiters` and `streams_outstanding` are read again; who starts to
+            // wait, or opens a stream, counts before reading the flag: one of the two sees
+            // the other.
+            self.standing_back.store(true, Ordering::SeqCst);
+            if self.may_stand_back() {
+                return;
             }
+            self.call_the_poller_back();
+            return;
+        }
+        self.wake_the_poller();
+    }
+
+    fn wake_the_poller(&self) {
+        if let Some(t) = self.poller_thread.get() {
+            super::woke_a_thread();
+            t.unpark();
         }
     }
 
-    /// A client call starts (see [`Endpoint::stop_driving`]).
-    pub(crate) fn call_started(&self) {
+    /// A client call starts (see [`Endpoint::stop_driving`]). A unary call's caller drives
+    /// or counts itself among the waiters when it waits; a stream's may not, so the poller
+    /// thread comes back.
+    pub(crate) fn call_started(&self, stream: bool) {
         self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
-        // A stream reader's polling serves only its own call (see `drive_stream`).
-        if self.standing_back.load(Ordering::SeqCst) {
-            self.call_the_poller_back();
+        if stream {
+            self.streams_outstanding.fetch_add(1, Ordering::SeqCst);
+            if self.standing_back.load(Ordering::SeqCst) {
+                self.call_the_poller_back();
+            }
         }
     }
 
@@ -358,8 +413,33 @@ impl Endpoint {
     }
 
     /// A client call is over for its caller.
-    pub(crate) fn call_finished(&self) {
+    pub(crate) fn call_finished(&self, stream: bool) {
+        if stream {
+            self.streams_outstanding.fetch_sub(1, Ordering::SeqCst);
+        }
         self.calls_outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Somebody waits for a unary call's outcome without driving (a parked caller, a
+    /// pending future) until the guard is dropped: the poller thread must not stand back.
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        self.begin_waiting();
+        Waiting(self)
+    }
+
+    /// [`Endpoint::waiting`] for a waiter that outlives a borrow (a pending future); it
+    /// must call [`Endpoint::end_waiting`] once.
+    pub(crate) fn begin_waiting(&self) {
+        // Counted before the flag is read: pairs with `stop_driving`'s store-then-read.
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        if self.standing_back.load(Ordering::SeqCst) {
+            self.call_the_poller_back();
+        }
+    }
+
+    /// A waiter counted by [`Endpoint::begin_waiting`] stops waiting.
+    pub(crate) fn end_waiting(&self) {
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn run(self: Arc<Self>) {
@@ -380,6 +460,8 @@ impl Endpoint {
                     self.expire(now);
                     next_tick = now + DEADLINE_TICK;
                 }
+                // A caller may drive for long (a window of calls kept full): pings still go.
+                self.send_keepalives(now, &mut next_keepalive, keepalive_tick);
                 if standing_back && self.drivers.load(Ordering::Acquire) == 0 {
                     // What came while the reader was busy with its messages; a reader that
                     // did not wait for one during a whole tick is not polling any more.
@@ -409,16 +491,7 @@ impl Endpoint {
                 self.expire(now);
                 next_tick = now + DEADLINE_TICK;
             }
-            if let (Some(at), Some(keepalive), Some(tick)) =
-                (next_keepalive, self.keepalive, keepalive_tick)
-            {
-                if now >= at {
-                    for conn in self.conns().iter() {
-                        conn.submit(Work::Keepalive(now, keepalive));
-                    }
-                    next_keepalive = Some(now + tick);
-                }
-            }
+            self.send_keepalives(now, &mut next_keepalive, keepalive_tick);
             if n > 0 {
                 continue;
             }
@@ -434,6 +507,18 @@ impl Endpoint {
                 Role::Server => keepalive_tick.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
             };
             self.cq.wait(Some(sleep));
+        }
+    }
+
+    /// Has every connection check its keepalive when the next check is due.
+    fn send_keepalives(&self, now: Instant, next: &mut Option<Instant>, tick: Option<Duration>) {
+        if let (Some(at), Some(keepalive), Some(tick)) = (*next, self.keepalive, tick) {
+            if now >= at {
+                for conn in self.conns().iter() {
+                    conn.submit(Work::Keepalive(now, keepalive));
+                }
+                *next = Some(now + tick);
+            }
         }
     }
 
@@ -551,6 +636,15 @@ thread_local! {
             tasks: RefCell::new(VecDeque::new()),
         }
     };
+}
+
+/// One waiter counted in [`Endpoint::waiting`], until dropped.
+pub(crate) struct Waiting<'a>(&'a Endpoint);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.end_waiting();
+    }
 }
 
 /// Takes `task` to run on this thread if it is polling a server's completions; gives it back

@@ -392,7 +392,7 @@ fn block_on<F: Future>(future: F) -> F::Output {
 impl<T> Drop for Streaming<T> {
     fn drop(&mut self) {
         if let Some(endpoint) = self.endpoint.take() {
-            endpoint.call_finished();
+            endpoint.call_finished(true);
         }
         if self.done {
             return;
