@@ -81,6 +81,39 @@ fn ours_async_stream_and_grpc_face() {
     server.shutdown();
 }
 
+/// The blocking handlers' server (`rpc-bench serve` without `--async`), asked to run them
+/// inline: a response stream far larger than the call's window must still flow. Its
+/// blocking handler waits for the client's window, which only the poller receives: run on the
+/// poller, it stalled the whole server for good (a hostile-peer probe found it); it runs on
+/// the worker pool instead, and the server keeps answering other calls meanwhile.
+#[test]
+fn blocking_stream_handler_asked_inline_does_not_stall_the_server() {
+    let server = ours::serve("127.0.0.1:0", rpc_core::TransportKind::Tcp).unwrap();
+    let addr = server.local_addr().to_owned();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let params = StreamParams {
+            size: 20_000,
+            count: 300,
+            warmup: 0,
+        };
+        let streamed = stream::run(&addr, rpc_core::TransportKind::Tcp, params);
+        let beside = ours::load(&addr, rpc_core::TransportKind::Tcp, params_small());
+        let _ = done.send((streamed, beside));
+    });
+    let (streamed, beside) = finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the stream and the calls after it finish within 60 s (the server stalled)");
+    assert_eq!(streamed.errors, 0, "{:?}", streamed.first_error);
+    assert_eq!(streamed.received, 300);
+    assert_clean(&beside);
+    server.shutdown();
+}
+
+fn params_small() -> LoadParams {
+    params(64, 1)
+}
+
 #[test]
 fn stream_against_nobody_fails() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

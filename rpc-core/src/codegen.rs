@@ -100,6 +100,12 @@ pub trait Service: Send + Sync + 'static {
     fn file_descriptor_set(&self) -> &'static [u8] {
         &[]
     }
+    /// Whether the handlers are blocking functions (rpc-codegen's `sync_handlers`): those of
+    /// streaming methods wait for the peer's window or next request, so the server runs them
+    /// on its worker pool even when asked to run them inline ([`crate::Execution::Inline`]).
+    fn blocking_handlers(&self) -> bool {
+        false
+    }
 }
 
 // ----- synchronous handlers ------------------------------------------------------------

@@ -128,6 +128,10 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                     FILE_DESCRIPTOR_SET
                 }
 
+                fn blocking_handlers(&self) -> bool {
+                    #sync
+                }
+
                 fn call(
                     &self,
                     method_index: usize,

@@ -32,7 +32,9 @@ pub enum Execution {
     /// never block. An async handler's task woken by what this server's poller received
     /// (the credits or window its response stream waited for, its next request message)
     /// resumes on that poller too; woken from anywhere else (a timer, another call), it
-    /// resumes on the worker pool.
+    /// resumes on the worker pool. A blocking handler of a streaming method (generated with
+    /// `sync_handlers`) runs on the worker pool even so: it waits for its peer's window or
+    /// next request, which only the poller it would occupy could receive.
     Inline,
     /// On the worker pool (default): a slow handler does not stall the poller.
     WorkerPool,
@@ -211,11 +213,23 @@ impl ServerBuilder {
                         },
                     ));
                 }
-                let execution = self
+                let mut execution = self
                     .method_execution
                     .get(method.path)
                     .copied()
                     .unwrap_or(*execution);
+                if execution == Execution::Inline
+                    && method.kind != MethodKind::Unary
+                    && service.blocking_handlers()
+                {
+                    // Waiting for the client's window or requests on the poller would stall
+                    // it for good: the poller is what receives them.
+                    tracing::debug!(
+                        method = method.path,
+                        "a blocking streaming handler runs on the worker pool, not inline"
+                    );
+                    execution = Execution::WorkerPool;
+                }
                 routes.insert(
                     method.id,
                     Route {
