@@ -10,7 +10,7 @@
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -741,10 +741,12 @@ impl Conn {
     fn publish_owed(&self, owned: &mut Owned) {
         loop {
             let owed = owned.core.owed();
-            // SeqCst pairs with `slot_released`: the releaser counts its re-post, then reads
-            // this; here the figure is stored, then the re-posts read. One of the two sees
-            // the other, so a credit that makes a CREDIT due is never left unseen by both.
+            // Pairs with `slot_released`: the releaser counts its re-post, then reads this;
+            // here the figure is stored, then the re-posts read, each pair split by a SeqCst
+            // fence. One of the two sees the other, so a credit that makes a CREDIT due is
+            // never left unseen by both (the loom model `credits_due_are_never_left_unsent`).
             self.owed_credits.store(owed, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
             let pending = self.link.reposted_pending();
             if pending == 0 || owed.saturating_add(pending) < self.credit_threshold {
                 return;
@@ -764,6 +766,8 @@ impl Conn {
     /// A receive slot of this connection was re-posted (its message consumed or copied
     /// out): the owner looks at the credits if a CREDIT frame may be due.
     pub(crate) fn slot_released(self: &Arc<Self>) {
+        // After the re-post was counted (see `publish_owed`).
+        fence(Ordering::SeqCst);
         let pending = self.link.reposted_pending();
         if pending.saturating_add(self.owed_credits.load(Ordering::SeqCst)) >= self.credit_threshold
         {
