@@ -61,6 +61,81 @@ fn work_left_for_the_owner_is_never_stranded() {
     });
 }
 
+/// The credit rule of a connection (rpc-core's `Conn::slot_released` and
+/// `Conn::publish_owed`): a thread that re-posts a receive slot counts it, then reads the
+/// owed credits the owner last published, and asks the owner for a step only if the two
+/// reach the threshold; the owner's step takes the re-posts, sends a CREDIT once the owed
+/// credits reach the threshold, publishes what it still owes, then reads the re-posts again.
+/// Two releasers race a step (a frame arrived): credits that reach the threshold are never
+/// left with nobody to send them (the peer could be waiting for them), and none is lost.
+#[test]
+fn credits_due_are_never_left_unsent() {
+    const THRESHOLD: usize = 2;
+    struct Owner {
+        owed: usize,
+        sent: usize,
+    }
+    fn transmit(owner: &mut Owner) {
+        if owner.owed >= THRESHOLD {
+            owner.sent += owner.owed;
+            owner.owed = 0;
+        }
+    }
+    fn step(owner: &mut Owner, reposted: &AtomicUsize, published: &AtomicUsize) {
+        owner.owed += reposted.swap(0, Ordering::SeqCst);
+        transmit(owner);
+        loop {
+            published.store(owner.owed, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let pending = reposted.load(Ordering::SeqCst);
+            if pending == 0 || owner.owed + pending < THRESHOLD {
+                return;
+            }
+            owner.owed += reposted.swap(0, Ordering::SeqCst);
+            transmit(owner);
+        }
+    }
+    fn release(reposted: &AtomicUsize, published: &AtomicUsize, asks: &AtomicUsize) {
+        reposted.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let pending = reposted.load(Ordering::SeqCst);
+        if pending + published.load(Ordering::SeqCst) >= THRESHOLD {
+            asks.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    loom::model(|| {
+        let reposted = Arc::new(AtomicUsize::new(0));
+        let published = Arc::new(AtomicUsize::new(0));
+        let asks = Arc::new(AtomicUsize::new(0));
+        let releasers: Vec<_> = (0..2)
+            .map(|_| {
+                let (r, p, a) = (
+                    Arc::clone(&reposted),
+                    Arc::clone(&published),
+                    Arc::clone(&asks),
+                );
+                thread::spawn(move || release(&r, &p, &a))
+            })
+            .collect();
+        // This thread owns the connection: a step for a frame that arrived meanwhile.
+        let mut owner = Owner { owed: 0, sent: 0 };
+        step(&mut owner, &reposted, &published);
+        for t in releasers {
+            t.join().unwrap();
+        }
+        // The serializer runs every step asked for.
+        for _ in 0..asks.load(Ordering::SeqCst) {
+            step(&mut owner, &reposted, &published);
+        }
+        let unsent = owner.owed + reposted.load(Ordering::SeqCst);
+        assert!(
+            unsent < THRESHOLD,
+            "{unsent} credits due and nobody to send them"
+        );
+        assert_eq!(owner.sent + unsent, 2, "a credit lost");
+    });
+}
+
 /// A completion racing a parked receiver: the receiver always gets the value (never sleeps
 /// through it), and the value is never read while being written.
 #[test]

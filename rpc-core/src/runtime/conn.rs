@@ -10,7 +10,7 @@
 use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -388,6 +388,13 @@ pub(crate) struct Conn {
     closed: AtomicBool,
     /// A server's connection: frames posted inside [`holding_sends`] are held for one batch.
     serving: bool,
+    /// The core's owed credits as of the end of the last step: a thread that releases a
+    /// receive slot asks the owner to look at the credits only when these and the re-posts
+    /// not yet taken reach `credit_threshold` (a CREDIT frame may be due); below it, the
+    /// credits travel on the next frame out. Spares a serializer round per received message.
+    owed_credits: AtomicU32,
+    /// [`Connection::credit_threshold`](crate::protocol::v2::Connection::credit_threshold).
+    credit_threshold: u32,
 }
 
 thread_local! {
@@ -499,6 +506,8 @@ impl Conn {
             peer_hello: peer,
             local_hello: local,
             max_segment: core.max_segment(),
+            credit_threshold: core.credit_threshold(),
+            owed_credits: AtomicU32::new(0),
             link,
             state: Serializer::new(Owned {
                 core,
@@ -711,6 +720,7 @@ impl Conn {
             self.take_reposted(owned);
         }
         self.transmit(owned);
+        self.publish_owed(owned);
         if !owned.blocked.is_empty() {
             self.release_senders(owned, &mut delivery);
         }
@@ -722,6 +732,46 @@ impl Conn {
         let reposted = self.link.take_reposted();
         if reposted > 0 {
             owned.core.released(reposted);
+        }
+    }
+
+    /// Publishes the owed credits for [`Conn::slot_released`], then looks once more at the
+    /// re-posts not yet taken: one released after this step took them may have read the
+    /// previous figure and left its credit to this step.
+    fn publish_owed(&self, owned: &mut Owned) {
+        loop {
+            let owed = owned.core.owed();
+            // Pairs with `slot_released`: the releaser counts its re-post, then reads this;
+            // here the figure is stored, then the re-posts read, each pair split by a SeqCst
+            // fence. One of the two sees the other, so a credit that makes a CREDIT due is
+            // never left unseen by both (the loom model `credits_due_are_never_left_unsent`).
+            self.owed_credits.store(owed, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let pending = self.link.reposted_pending();
+            if pending == 0 || owed.saturating_add(pending) < self.credit_threshold {
+                return;
+            }
+            self.take_reposted(owned);
+            self.transmit(owned);
+            let owed = owned.core.owed();
+            if owed >= self.credit_threshold {
+                // No CREDIT could go (no send credit left): the frame that brings one back
+                // runs a step, which sends it. Meanwhile every release asks again.
+                self.owed_credits.store(owed, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+
+    /// A receive slot of this connection was re-posted (its message consumed or copied
+    /// out): the owner looks at the credits if a CREDIT frame may be due.
+    pub(crate) fn slot_released(self: &Arc<Self>) {
+        // After the re-post was counted (see `publish_owed`).
+        fence(Ordering::SeqCst);
+        let pending = self.link.reposted_pending();
+        if pending.saturating_add(self.owed_credits.load(Ordering::SeqCst)) >= self.credit_threshold
+        {
+            self.submit(Work::Flush);
         }
     }
 
@@ -1610,7 +1660,7 @@ impl Payload {
             let owned = buf[*offset..offset + len].to_vec();
             self.data = PayloadData::Owned(owned);
             if let Some(conn) = self.conn.take() {
-                conn.submit(Work::Flush);
+                conn.slot_released();
             }
         }
         self
@@ -1632,7 +1682,7 @@ impl Drop for Payload {
         if let Some(conn) = self.conn.take() {
             // Re-post the slot first, then let its credit travel if enough are owed.
             self.data = PayloadData::Owned(Vec::new());
-            conn.submit(Work::Flush);
+            conn.slot_released();
         }
     }
 }

@@ -66,7 +66,12 @@ impl HeapRecvRing {
 
     /// Re-posts reported since the last call.
     pub(crate) fn take_reposted(&self) -> u32 {
-        self.reposted.swap(0, Ordering::AcqRel)
+        self.reposted.swap(0, Ordering::SeqCst)
+    }
+
+    /// Re-posts not yet taken.
+    pub(crate) fn reposted_pending(&self) -> u32 {
+        self.reposted.load(Ordering::SeqCst)
     }
 }
 
@@ -88,7 +93,7 @@ impl Drop for HeapRecv {
         // The slot must be back in the pool before the credit is counted: the peer may send
         // into it as soon as it learns of the credit.
         if self.ring.posted.push(buf).is_ok() {
-            self.ring.reposted.fetch_add(1, Ordering::AcqRel);
+            self.ring.reposted.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -347,6 +352,10 @@ impl<T: HeapLink> Link for T {
 
     fn take_reposted(&self) -> u32 {
         self.parts().recv_ring.take_reposted()
+    }
+
+    fn reposted_pending(&self) -> u32 {
+        self.parts().recv_ring.reposted_pending()
     }
 
     fn local_hello(&self) -> Hello {

@@ -788,6 +788,11 @@ where
 
     // ----- slots and windows -------------------------------------------------------------
 
+    /// Credits owed to the peer and not yet sent.
+    pub fn owed(&self) -> u32 {
+        self.owed
+    }
+
     /// Reports `slots` receive slots released (re-posted, their frames consumed): credits
     /// owed to the peer.
     pub fn released(&mut self, slots: u32) {
@@ -1054,7 +1059,7 @@ where
     /// Owed credits that make a CREDIT frame worth sending: half the slots, and never fewer
     /// than 2, so that a CREDIT spent from the reserve always leaves its receiver better off
     /// by at least one credit (`docs/PROTOCOL.md` §6 argues why this never stalls).
-    fn credit_threshold(&self) -> u32 {
+    pub fn credit_threshold(&self) -> u32 {
         (self.local.slot_count / 2).max(2)
     }
 

@@ -196,7 +196,7 @@ impl LinkInner {
         }
         match self.post_recv(slot) {
             Ok(()) => {
-                self.reposted.fetch_add(1, Ordering::AcqRel);
+                self.reposted.fetch_add(1, Ordering::SeqCst);
             }
             Err(e) => tracing::debug!(link = self.id, error = %e, "verbs: re-post failed"),
         }
@@ -487,7 +487,11 @@ impl Link for VerbsLink {
     }
 
     fn take_reposted(&self) -> u32 {
-        self.inner.reposted.swap(0, Ordering::AcqRel)
+        self.inner.reposted.swap(0, Ordering::SeqCst)
+    }
+
+    fn reposted_pending(&self) -> u32 {
+        self.inner.reposted.load(Ordering::SeqCst)
     }
 
     fn local_hello(&self) -> Hello {
