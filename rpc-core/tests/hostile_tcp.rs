@@ -318,3 +318,48 @@ fn a_unary_call_takes_exactly_one_request_message() {
     assert_eq!(payload, body);
     server.shutdown();
 }
+
+/// PROTOCOL.md §12.2: the server ends a call still open at its deadline with
+/// DEADLINE_EXCEEDED, also one whose request is still coming (a peer that never sends the
+/// message, or never half-closes: such calls held a slot of `max_calls` for good); the
+/// connection goes on serving.
+#[test]
+fn the_server_ends_calls_past_their_deadline() {
+    let server = echo_server();
+    let mut raw = Raw::handshake(server.local_addr());
+    let body = prost::Message::encode_to_vec(&Blob {
+        data: b"late".to_vec(),
+    });
+    let opening = |kind: Kind, call_id: u64, payload: &[u8]| {
+        Header {
+            flags: flags::OPEN,
+            call_id,
+            code: METHODS[0].id,
+            timeout_us: 200_000,
+            message_len: payload.len() as u32,
+            ..Header::new(kind)
+        }
+        .to_frame(payload)
+    };
+    // Metadata only, never the message nor the half-close.
+    raw.send(&opening(Kind::Headers, 1, b""));
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (1, Code::DeadlineExceeded));
+    // The message, never the half-close.
+    raw.send(&opening(Kind::Message, 2, &body));
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (2, Code::DeadlineExceeded));
+    // A late half-close of an ended call is discarded, and the connection still serves.
+    raw.send(
+        &Header {
+            call_id: 2,
+            ..Header::new(Kind::End)
+        }
+        .to_frame(b""),
+    );
+    raw.request(3, METHODS[0].id, body.len() as u32, &body);
+    let (id, code, payload) = raw.response();
+    assert_eq!((id, code), (3, 0));
+    assert_eq!(payload, body);
+    server.shutdown();
+}

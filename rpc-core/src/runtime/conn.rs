@@ -30,6 +30,7 @@ use crate::transport::{Link, RecvBuf, SendBuf};
 use crate::{Code, MetadataMap, Status};
 
 /// What the protocol core keeps per call.
+#[derive(Clone)]
 pub(crate) enum CallRef {
     /// Client, unary: where the outcome goes.
     Waiter(Arc<CallCell>),
@@ -83,7 +84,9 @@ pub(crate) struct Owned {
     /// Streams whose last message is queued in the core: their sender waits until it left.
     /// Bounded by `max_calls`.
     blocked: Vec<Arc<StreamShared>>,
-    /// Client: call deadlines, earliest first (stale entries are skipped when popped).
+    /// Call deadlines, earliest first (stale entries are skipped when popped): a client's
+    /// calls, or a server's (PROTOCOL.md §12.2: at expiry it ends the call with
+    /// DEADLINE_EXCEEDED). At most `64 + 2 × max_calls` entries (see `track_deadline`).
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
     /// (as gRPC queues streams beyond MAX_CONCURRENT_STREAMS). Bounded by what the
@@ -388,6 +391,8 @@ pub(crate) struct Conn {
     closed: AtomicBool,
     /// A server's connection: frames posted inside [`holding_sends`] are held for one batch.
     serving: bool,
+    /// Server: some call has a deadline to watch (the endpoint's tick looks only at these).
+    deadlines_pending: AtomicBool,
     /// The core's owed credits as of the end of the last step: a thread that releases a
     /// receive slot asks the owner to look at the credits only when these and the re-posts
     /// not yet taken reach `credit_threshold` (a CREDIT frame may be due); below it, the
@@ -507,6 +512,7 @@ impl Conn {
             local_hello: local,
             max_segment: core.max_segment(),
             credit_threshold: core.credit_threshold(),
+            deadlines_pending: AtomicBool::new(false),
             owed_credits: AtomicU32::new(0),
             link,
             state: Serializer::new(Owned {
@@ -703,7 +709,10 @@ impl Conn {
                     Some(Delivery::CancelTask(task))
                 }
             }
-            Work::Expire(now) => expire(owned, now),
+            Work::Expire(now) => match owned.core.role() {
+                Role::Client => expire(owned, now),
+                Role::Server => self.expire_served(owned, now),
+            },
             Work::Keepalive(now, keepalive) => self.keepalive(owned, now, keepalive),
             Work::Flush => None,
             Work::Goodbye => {
@@ -937,14 +946,7 @@ impl Conn {
         } = call;
         caller.set_id(id);
         if let Some(d) = deadline {
-            owned.deadlines.push(Reverse((d, id)));
-            if owned.deadlines.len() > 64 + 2 * owned.core.peer().max_calls as usize {
-                // Finished calls leave their entries behind: drop them all at once.
-                let core = &owned.core;
-                owned
-                    .deadlines
-                    .retain(|Reverse((_, id))| core.user(*id).is_some());
-            }
+            track_deadline(owned, id, d);
         }
         let mut sent = Ok(());
         if let Some(block) = headers {
@@ -1032,7 +1034,7 @@ impl Conn {
             } => {
                 let metadata = MetadataMap::from_block(&headers);
                 drop(buf);
-                let deadline = deadline_of(timeout_us);
+                let deadline = self.served_deadline(owned, call, timeout_us);
                 match self.method_kind(method) {
                     None => {
                         self.unknown_method(owned, call, method);
@@ -1259,7 +1261,7 @@ impl Conn {
     ) -> Option<Delivery> {
         let mut awaiting = match opened {
             Some((method, timeout_us)) => {
-                let deadline = deadline_of(timeout_us);
+                let deadline = self.served_deadline(owned, call, timeout_us);
                 match self.method_kind(method) {
                     None => {
                         drop(buf);
@@ -1331,6 +1333,47 @@ impl Conn {
             return None;
         }
         Some(self.serve(owned, call, awaiting, payload))
+    }
+
+    /// Server: the deadline of a call that opened now (`timeout_us` from now), watched.
+    fn served_deadline(&self, owned: &mut Owned, call: u64, timeout_us: u32) -> Option<Instant> {
+        let deadline = deadline_of(timeout_us)?;
+        track_deadline(owned, call, deadline);
+        self.deadlines_pending.store(true, Ordering::Release);
+        Some(deadline)
+    }
+
+    /// Server: whether some call's deadline is watched (see [`Conn::expire_served`]).
+    pub(crate) fn deadlines_pending(&self) -> bool {
+        self.deadlines_pending.load(Ordering::Acquire)
+    }
+
+    /// Server: ends the calls whose deadline passed by `now` with DEADLINE_EXCEEDED
+    /// (PROTOCOL.md §12.2) and stops their handlers as a CANCEL would (a task is dropped, a
+    /// stream's reader and sender see the status); what a handler answers later is
+    /// discarded. A call not started yet (waiting for its request or half-close) ends too.
+    fn expire_served(&self, owned: &mut Owned, now: Instant) -> Option<Delivery> {
+        let mut stopped = Vec::new();
+        while let Some(Reverse((d, id))) = owned.deadlines.peek().copied() {
+            if d > now {
+                break;
+            }
+            owned.deadlines.pop();
+            if !owned.core.is_open(id) {
+                continue;
+            }
+            owned.awaiting_message.remove(&id);
+            let user = owned.core.user(id).cloned();
+            let status = Status::deadline_exceeded("the deadline passed at the server");
+            self.end_call(owned, id, &status);
+            if let Some(user) = user {
+                stopped.extend(call_ended(user, status));
+            }
+        }
+        if owned.deadlines.is_empty() {
+            self.deadlines_pending.store(false, Ordering::Release);
+        }
+        (!stopped.is_empty()).then_some(Delivery::Batch(stopped))
     }
 
     fn method_kind(&self, method: u32) -> Option<MethodKind> {
@@ -1550,6 +1593,21 @@ fn expire(owned: &mut Owned, now: Instant) -> Option<Delivery> {
         }
     }
     (!failed.is_empty()).then_some(Delivery::Batch(failed))
+}
+
+/// Watches a call's deadline. Ended calls leave their entries behind until popped: past
+/// `64 + 2 × max_calls` entries, those of calls no longer open are dropped all at once.
+fn track_deadline(owned: &mut Owned, call: u64, deadline: Instant) {
+    owned.deadlines.push(Reverse((deadline, call)));
+    // The server's own limit counts the calls a server watches; a client's, the server's.
+    let max_calls = match owned.core.role() {
+        Role::Server => owned.core.local().max_calls,
+        Role::Client => owned.core.peer().max_calls,
+    };
+    if owned.deadlines.len() > 64 + 2 * max_calls as usize {
+        let core = &owned.core;
+        owned.deadlines.retain(|Reverse((_, id))| core.is_open(*id));
+    }
 }
 
 /// A server call's deadline: the caller's timeout from now (the opening frame's receipt).

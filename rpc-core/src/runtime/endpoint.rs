@@ -25,6 +25,9 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
+/// How long an idle server sleeps at most while a call's deadline is watched: its calls end
+/// within about this much of their deadline (a busy server looks every `DEADLINE_TICK`).
+const SERVER_DEADLINE_TICK: Duration = Duration::from_millis(10);
 /// How many ticks a blocking stream reader sleeps on the completion queue's notification,
 /// waiting for its next message, before it hands polling back to the poller thread.
 const READER_NAPS: u32 = 20;
@@ -501,9 +504,13 @@ impl Endpoint {
                 std::hint::spin_loop();
                 continue;
             }
-            // Clients wake every tick for deadlines; servers only when something arrives.
+            // Clients wake every tick for deadlines; servers when something arrives, or
+            // every SERVER_DEADLINE_TICK while a call's deadline is watched.
             let sleep = match self.role {
                 Role::Client => DEADLINE_TICK,
+                Role::Server if self.conns().iter().any(|c| c.deadlines_pending()) => {
+                    SERVER_DEADLINE_TICK
+                }
                 Role::Server => keepalive_tick.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
             };
             self.cq.wait(Some(sleep));
@@ -522,13 +529,15 @@ impl Endpoint {
         }
     }
 
-    /// Fails client calls past their deadline (each connection's owner does it).
+    /// Ends calls past their deadline (each connection's owner does it): a client's fail
+    /// locally, a server's are answered DEADLINE_EXCEEDED.
     fn expire(&self, now: Instant) {
-        if self.role != Role::Client {
-            return;
-        }
+        let server = self.role == Role::Server;
         for conn in self.conns().iter() {
-            conn.submit(Work::Expire(now));
+            // A server's connections mostly have no deadline to watch: skip those.
+            if !server || conn.deadlines_pending() {
+                conn.submit(Work::Expire(now));
+            }
         }
     }
 

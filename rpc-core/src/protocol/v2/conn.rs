@@ -364,6 +364,13 @@ where
         self.counted_calls
     }
 
+    /// Whether the call is open.
+    pub fn is_open(&self, call: u64) -> bool {
+        self.calls
+            .get(&call)
+            .is_some_and(|c| c.state == State::Open)
+    }
+
     /// The call's data, if the call is open.
     pub fn user(&self, call: u64) -> Option<&C> {
         self.calls
