@@ -363,3 +363,53 @@ fn the_server_ends_calls_past_their_deadline() {
     assert_eq!(payload, body);
     server.shutdown();
 }
+
+/// `ServerBuilder::max_connections`: a connection beyond the limit is closed once its
+/// handshake is done (its call fails UNAVAILABLE), the connections within it go on, and a
+/// new one is served once one went away.
+#[test]
+fn connections_beyond_the_limit_are_closed() {
+    let server = Server::builder()
+        .ring(RING)
+        .max_connections(2)
+        .add_service(EchoService)
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .unwrap();
+    let connect = || {
+        Client::builder()
+            .transport(TransportKind::Tcp)
+            .connect(server.local_addr())
+            .unwrap()
+    };
+    let echo = |client: &Client| {
+        let blob = Blob {
+            data: b"limit".to_vec(),
+        };
+        client
+            .unary::<Blob, Blob>(&METHODS[0], Request::new(blob.clone()))
+            .map(|r| assert_eq!(r.into_inner(), blob))
+    };
+    let (a, b) = (connect(), connect());
+    echo(&a).expect("the first connection is served");
+    echo(&b).expect("the second connection is served");
+    let refused = connect();
+    let status = echo(&refused).expect_err("the third connection is closed");
+    assert_eq!(status.code(), Code::Unavailable, "{status}");
+    echo(&a).expect("the first connection still is served");
+    drop((a, refused));
+    // Once the server has seen the first one go, a new connection is served.
+    let started = std::time::Instant::now();
+    loop {
+        let c = connect();
+        if echo(&c).is_ok() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no connection served after one of two went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    echo(&b).expect("the second connection still is served");
+    server.shutdown();
+}

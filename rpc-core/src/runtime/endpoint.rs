@@ -166,6 +166,13 @@ impl Endpoint {
         conn
     }
 
+    /// Closes a link that will not be registered (a server's connection limit): whatever
+    /// it already received, and its closing, are dropped as those of a closed connection.
+    pub(crate) fn refuse_link(&self, link: &Arc<dyn Link>) {
+        self.retire(link.id());
+        link.close();
+    }
+
     /// The connections now registered.
     pub(crate) fn conns(&self) -> Arc<[Arc<Conn>]> {
         Arc::clone(&self.snapshot.read())

@@ -52,6 +52,7 @@ pub struct ServerBuilder {
     ring: RingConfig,
     workers: usize,
     max_queued: usize,
+    max_connections: Option<usize>,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
     services: Vec<(Arc<dyn Service>, Execution)>,
@@ -70,6 +71,7 @@ impl Default for ServerBuilder {
             ring: RingConfig::default(),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_queued: 4096,
+            max_connections: None,
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
             services: Vec::new(),
@@ -101,6 +103,15 @@ impl ServerBuilder {
     /// UNAVAILABLE at once. Bounds the memory a flood of slow requests can take.
     pub fn max_queued(mut self, max_queued: usize) -> Self {
         self.max_queued = max_queued.max(1);
+        self
+    }
+
+    /// Most connections served at once (default: no limit). A connection beyond it is closed
+    /// as soon as its handshake is done (its calls fail UNAVAILABLE at the client), and a
+    /// warning logged. With it, a server's memory is bounded by this many times the bound of
+    /// one connection (docs/PROTOCOL.md §15), whatever its clients do.
+    pub fn max_connections(mut self, max_connections: usize) -> Self {
+        self.max_connections = Some(max_connections.max(1));
         self
     }
 
@@ -323,9 +334,10 @@ impl ServerBuilder {
         let stop = Arc::new(AtomicBool::new(false));
         let acceptor_thread = {
             let (endpoint, stop) = (Arc::clone(&endpoint), Arc::clone(&stop));
+            let max_connections = self.max_connections;
             std::thread::Builder::new()
                 .name("rpc-acceptor".to_string())
-                .spawn(move || accept_loop(acceptor, endpoint, stop))?
+                .spawn(move || accept_loop(acceptor, endpoint, stop, max_connections))?
         };
         tracing::info!(addr = %local_addr, transport = transport_name, "serving");
         Ok(Server {
@@ -341,12 +353,22 @@ impl ServerBuilder {
     }
 }
 
-fn accept_loop(mut acceptor: Box<dyn Acceptor>, endpoint: Arc<Endpoint>, stop: Arc<AtomicBool>) {
+fn accept_loop(
+    mut acceptor: Box<dyn Acceptor>,
+    endpoint: Arc<Endpoint>,
+    stop: Arc<AtomicBool>,
+    max_connections: Option<usize>,
+) {
     while !stop.load(Ordering::Acquire) {
         match acceptor.accept(Duration::from_millis(50)) {
             Ok(Some(link)) => {
-                tracing::debug!(peer = %link.peer_name(), "accepted");
-                endpoint.add_link(link);
+                if max_connections.is_some_and(|max| endpoint.conns().len() >= max) {
+                    tracing::warn!(peer = %link.peer_name(), "connection limit reached; closing the new connection");
+                    endpoint.refuse_link(&link);
+                } else {
+                    tracing::debug!(peer = %link.peer_name(), "accepted");
+                    endpoint.add_link(link);
+                }
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "a connection attempt failed"),
