@@ -36,6 +36,15 @@ const READER_NAPS: u32 = 20;
 /// the id of a closed link is remembered so its stragglers are dropped at once.
 const ORPHAN_TTL: Duration = Duration::from_secs(10);
 const RETIRED_TTL: Duration = Duration::from_secs(60);
+/// How often the remembered ids of closed links are swept: the map holds those of at most
+/// `RETIRED_TTL + RETIRED_SWEEP` of closes.
+const RETIRED_SWEEP: Duration = Duration::from_secs(1);
+
+/// The ids of links closed within `RETIRED_TTL` (and up to `RETIRED_SWEEP` more), and when.
+struct Retired {
+    ids: HashMap<LinkId, Instant>,
+    swept: Instant,
+}
 
 pub(crate) struct Endpoint {
     cq: Arc<dyn CompletionQueue>,
@@ -44,7 +53,7 @@ pub(crate) struct Endpoint {
     /// periodic deadline and keepalive ticks need no allocation.
     snapshot: RwLock<Arc<[Arc<Conn>]>>,
     /// Links closed recently: their late completions are dropped, not held.
-    retired: Mutex<HashMap<LinkId, Instant>>,
+    retired: Mutex<Retired>,
     /// Whoever holds this polls the completion queue: the poller thread, or a caller that
     /// drives completions itself while it waits (no thread hand-off on the reply path).
     /// Try-only: a thread that finds it taken leaves the polling to its owner.
@@ -112,7 +121,10 @@ impl Endpoint {
             cq,
             links: RwLock::new(HashMap::new()),
             snapshot: RwLock::new(Arc::from(Vec::new())),
-            retired: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Retired {
+                ids: HashMap::new(),
+                swept: Instant::now(),
+            }),
             polling: Exclusive::new(PollState {
                 orphans: Orphans::default(),
                 batch: Vec::with_capacity(32),
@@ -202,8 +214,15 @@ impl Endpoint {
         };
         let mut retired = self.retired.lock();
         let now = Instant::now();
-        retired.retain(|_, at| now.duration_since(*at) < RETIRED_TTL);
-        retired.insert(id, now);
+        // Swept at most once per RETIRED_SWEEP, not at every close: under a flood of short
+        // connections a sweep per close would cost the map's size each time.
+        if now.duration_since(retired.swept) >= RETIRED_SWEEP {
+            retired
+                .ids
+                .retain(|_, at| now.duration_since(*at) < RETIRED_TTL);
+            retired.swept = now;
+        }
+        retired.ids.insert(id, now);
         conn
     }
 
@@ -575,7 +594,7 @@ impl Endpoint {
                 }
                 self.handle(completion, &conn);
             }
-            None if self.retired.lock().contains_key(&id) => {}
+            None if self.retired.lock().ids.contains_key(&id) => {}
             None => orphans
                 .held
                 .entry(id)
@@ -596,7 +615,7 @@ impl Endpoint {
                     self.handle(c, &conn);
                 }
             } else if orphans.held[&id].0 + ORPHAN_TTL < now
-                || self.retired.lock().contains_key(&id)
+                || self.retired.lock().ids.contains_key(&id)
             {
                 orphans.held.remove(&id);
             }
