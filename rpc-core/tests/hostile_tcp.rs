@@ -91,6 +91,14 @@ impl Raw {
         }
     }
 
+    /// An echo call `id` of `body` is answered OK with `body`: the connection serves.
+    fn assert_echoes(&mut self, id: u64, body: &[u8]) {
+        self.request(id, METHODS[0].id, body.len() as u32, body);
+        let (answered, code, payload) = self.response();
+        assert_eq!((answered, code), (id, 0));
+        assert_eq!(payload, body);
+    }
+
     /// Whether the server closed the connection (EOF or reset) within the read timeout.
     fn closed_by_server(&mut self) -> bool {
         closed_by_server(&mut self.stream)
@@ -191,10 +199,7 @@ fn hostile_peers_never_disturb_a_good_client() {
     let body = prost::Message::encode_to_vec(&Blob {
         data: b"hello".to_vec(),
     });
-    raw.request(10, METHODS[0].id, body.len() as u32, &body);
-    let (id, code, payload) = raw.response();
-    assert_eq!((id, code), (10, 0));
-    assert_eq!(payload, body);
+    raw.assert_echoes(10, &body);
 
     // A credit flood: more frames than the server has slots, without waiting for credits.
     // A receiver can only tell once its ring is actually full: a server that keeps up answers
@@ -312,10 +317,7 @@ fn a_unary_call_takes_exactly_one_request_message() {
     assert_eq!((id, Code::from_u32(code)), (3, Code::Internal));
 
     // And the connection still serves a well-formed call.
-    raw.request(4, METHODS[0].id, body.len() as u32, &body);
-    let (id, code, payload) = raw.response();
-    assert_eq!((id, code), (4, 0));
-    assert_eq!(payload, body);
+    raw.assert_echoes(4, &body);
     server.shutdown();
 }
 
@@ -357,10 +359,7 @@ fn the_server_ends_calls_past_their_deadline() {
         }
         .to_frame(b""),
     );
-    raw.request(3, METHODS[0].id, body.len() as u32, &body);
-    let (id, code, payload) = raw.response();
-    assert_eq!((id, code), (3, 0));
-    assert_eq!(payload, body);
+    raw.assert_echoes(3, &body);
     server.shutdown();
 }
 

@@ -401,19 +401,17 @@ impl Endpoint {
         if self.calls_outstanding.load(Ordering::SeqCst) <= 1 {
             return;
         }
-        if self.may_stand_back() {
-            self.drove.store(true, Ordering::Relaxed);
-            // Set before `waiters` and `streams_outstanding` are read again; who starts to
-            // wait, or opens a stream, counts before reading the flag: one of the two sees
-            // the other.
-            self.standing_back.store(true, Ordering::SeqCst);
-            if self.may_stand_back() {
-                return;
-            }
-            self.call_the_poller_back();
+        if !self.may_stand_back() {
+            self.wake_the_poller();
             return;
         }
-        self.wake_the_poller();
+        self.drove.store(true, Ordering::Relaxed);
+        // Set before `waiters` and `streams_outstanding` are read again; who starts to wait,
+        // or opens a stream, counts before reading the flag: one of the two sees the other.
+        self.standing_back.store(true, Ordering::SeqCst);
+        if !self.may_stand_back() {
+            self.call_the_poller_back();
+        }
     }
 
     fn wake_the_poller(&self) {

@@ -47,9 +47,9 @@ pub trait Link: Send + Sync + 'static {
     }
     /// Receive slots re-posted since the last call: the credits owed to the peer.
     fn take_reposted(&self) -> u32;
-    /// Receive slots re-posted and not yet taken by [`Link::take_reposted`]. A re-post
-    /// counts with `SeqCst` before the thread that made it reads anything else, and this
-    /// reads with `SeqCst` too (the runtime's credit check pairs them).
+    /// Receive slots re-posted and not yet taken by [`Link::take_reposted`]. Re-posts count,
+    /// and this reads, with `SeqCst`: the runtime's credit check orders them against its
+    /// published owed credits with a fence on each side.
     fn reposted_pending(&self) -> u32;
     /// Parameters this side announced in its HELLO.
     fn local_hello(&self) -> Hello;
