@@ -412,3 +412,68 @@ fn connections_beyond_the_limit_are_closed() {
     echo(&b).expect("the second connection still is served");
     server.shutdown();
 }
+
+/// PROTOCOL.md §4.4: a peer whose first bytes show another version (a version 1 HELLO frame
+/// is 56 bytes, so a version 2 side waiting for 72 would wait for its deadline) or another
+/// protocol is refused as soon as those bytes arrive, by a server and by a client alike.
+#[test]
+fn a_hello_of_another_version_is_refused_at_once() {
+    // Well under the 5 s HELLO deadline, and well over a loaded machine's scheduling delays.
+    const AT_ONCE: Duration = Duration::from_secs(2);
+    // The start of a version 1 HELLO frame: `RP`, version 1, kind 1, message_len 16.
+    let mut v1 = [0u8; HEADER_LEN + 16];
+    v1[0..4].copy_from_slice(b"RP\x01\x01");
+    v1[24] = 16;
+    v1[32] = 16;
+
+    let server = echo_server();
+    for (what, bytes) in [
+        ("a version 1 HELLO", &v1[..]),
+        ("an HTTP request", &b"GET / HTTP/1.1\r\n"[..]),
+    ] {
+        let mut raw = Raw::connect(server.local_addr());
+        let started = std::time::Instant::now();
+        raw.send(bytes);
+        // The server's own HELLO, then the end of the stream: the connection stays open.
+        let mut theirs = [0u8; HEADER_LEN + HELLO_LEN];
+        raw.stream.read_exact(&mut theirs).unwrap();
+        assert!(raw.closed_by_server(), "{what}: not refused");
+        assert!(
+            started.elapsed() < AT_ONCE,
+            "{what}: refused only after {:?}",
+            started.elapsed()
+        );
+    }
+
+    // A client facing a version 1 server, which sends its HELLO and waits for one it can read.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let v1_server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.write_all(&v1).unwrap();
+        // Held open until the client gives up.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        closed_by_server(&mut stream)
+    });
+    let started = std::time::Instant::now();
+    let err = match Client::builder()
+        .transport(TransportKind::Tcp)
+        .connect(&addr)
+    {
+        Ok(_) => panic!("connected to a version 1 server"),
+        Err(e) => e,
+    };
+    assert!(
+        started.elapsed() < AT_ONCE,
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    assert!(err.to_string().contains("version 1"), "{err}");
+    assert!(
+        v1_server.join().unwrap(),
+        "the client did not close the connection"
+    );
+    server.shutdown();
+}

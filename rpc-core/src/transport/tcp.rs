@@ -17,7 +17,9 @@
 //! the deadlines in arrival order and sleeps in `poll` at most until the nearest one, so a peer
 //! that dribbles its HELLO a byte at a time is closed at 5 s. With no handshake pending, the
 //! loop sleeps in `poll` without a timeout (an idle server costs no CPU). An invalid HELLO is
-//! refused as `docs/PROTOCOL.md` §4.4 says: nothing more is sent and the socket is closed.
+//! refused as `docs/PROTOCOL.md` §4.4 says: nothing more is sent and the socket is closed; a
+//! HELLO whose first bytes are not `RP` and version 2 (a version 1 peer's, an HTTP request) is
+//! refused as soon as those bytes arrive.
 //!
 //! **Writes** never block and never happen under a lock. A posted frame (a send slot) goes
 //! into the link's write queue; whoever owns the link's writer ([`rpc_sync::Exclusive`], a
@@ -882,6 +884,8 @@ impl IoLoop {
 }
 
 /// Reads what has arrived of a HELLO frame (never past it); `Ok(true)` once it is whole.
+/// Its first three bytes are judged as soon as they arrive (`docs/PROTOCOL.md` §4.4): a peer
+/// of another version, or of another protocol, is refused at once, not at the deadline.
 fn read_hello(h: &mut Handshake) -> Result<bool, String> {
     while h.got < HELLO_FRAME_LEN {
         match (&h.stream).read(&mut h.frame[h.got..]) {
@@ -891,7 +895,12 @@ fn read_hello(h: &mut Handshake) -> Result<bool, String> {
                     h.peer_name
                 ))
             }
-            Ok(n) => h.got += n,
+            Ok(n) => {
+                h.got += n;
+                if let Err(e) = Hello::check_frame_start(&h.frame[..h.got]) {
+                    return Err(format!("invalid HELLO from {}: {e}", h.peer_name));
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("read failed during the handshake: {e}")),

@@ -478,6 +478,26 @@ impl Hello {
         Ok(())
     }
 
+    /// Checks the first bytes of a TCP HELLO frame while the rest is still arriving
+    /// (`docs/PROTOCOL.md` §4.4): the bytes of `RP` present so far (→ `bad-magic`), then the
+    /// version byte, if present ([`Error::UnsupportedVersion`] unless 2). A peer that does not
+    /// speak version 2 (a version 1 peer's HELLO is shorter than 72 bytes) is refused at once
+    /// instead of at the HELLO deadline; [`Hello::from_frame`] names the same error for the
+    /// whole frame.
+    pub fn check_frame_start(start: &[u8]) -> Result<(), Error> {
+        let n = start.len().min(MAGIC.len());
+        if start[..n] != MAGIC[..n] {
+            return Err(violation(
+                Violation::BadMagic,
+                format!("{:02x?} where a HELLO frame starts with `RP`", &start[..n]),
+            ));
+        }
+        match start.get(2) {
+            Some(&version) if version != VERSION => Err(Error::UnsupportedVersion(version)),
+            _ => Ok(()),
+        }
+    }
+
     /// Reads the HELLO frame that opens a TCP connection: a peer of another version gets
     /// [`Error::UnsupportedVersion`] (a version 1 peer's HELLO included), anything else that
     /// is not a HELLO frame of exactly 72 bytes a violation.

@@ -279,6 +279,27 @@ fn a_version_1_hello_frame_is_a_version_mismatch() {
 }
 
 #[test]
+fn the_start_of_a_hello_frame_is_judged_byte_by_byte() {
+    let frame = hello().to_frame();
+    // Every prefix of a good HELLO frame may go on.
+    for n in 0..=frame.len() {
+        Hello::check_frame_start(&frame[..n]).expect("a good prefix");
+    }
+    // A version 1 peer is known by its third byte, an HTTP client by its first.
+    assert!(matches!(
+        Hello::check_frame_start(b"RP\x01"),
+        Err(Error::UnsupportedVersion(1))
+    ));
+    for start in [&b"G"[..], b"RX", b"\xab\xab\xab"] {
+        assert_eq!(
+            hello_rule(Hello::check_frame_start(start).map(|()| hello())),
+            Violation::BadMagic,
+            "{start:?}"
+        );
+    }
+}
+
+#[test]
 fn every_violation_row_has_a_test_named_after_it() {
     let sources = [include_str!("tests.rs"), include_str!("../conn/tests.rs")];
     for v in Violation::ALL {
