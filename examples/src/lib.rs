@@ -122,14 +122,44 @@ pub fn connect(args: &cli::ClientArgs) -> Result<rpc_core::Client, rpc_core::Err
         .connect(&args.connect)
 }
 
-/// Keeps a started server running until the process is killed (Ctrl-C, `kill`): the demo
-/// servers have no other way to stop. The process exit closes every connection.
-pub fn run_until_killed(server: rpc_core::Server) -> ! {
-    loop {
-        // Parking can wake spuriously; the server's own threads do all the work.
-        std::thread::park();
-        let _ = &server;
+/// SIGTERM and SIGINT (Ctrl-C), caught: a demo server installs this before it starts
+/// serving, so a signal that comes at any moment after its start is a graceful shutdown
+/// ([`serve_until_signalled`]), never the default action that kills the process.
+pub struct ShutdownSignals(signal_hook::iterator::Signals);
+
+impl ShutdownSignals {
+    /// Catches SIGTERM and SIGINT from now on.
+    pub fn install() -> std::io::Result<ShutdownSignals> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map(ShutdownSignals)
     }
+}
+
+/// Serves until SIGTERM or SIGINT arrives, then shuts `server` down gracefully
+/// ([`rpc_core::Server::shutdown`]: it stops accepting, sends every client GOODBYE, gives
+/// calls in flight up to 5 s, then closes the connections) and returns success. Logs the
+/// signal and the shutdown as `NAME: SIGTERM received, shutting down` (`docs/PROTOCOL.md`
+/// §14).
+pub fn serve_until_signalled(
+    server: rpc_core::Server,
+    mut signals: ShutdownSignals,
+    name: &str,
+) -> std::process::ExitCode {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let signal = match signals.0.forever().next() {
+        Some(SIGTERM) => "SIGTERM",
+        Some(SIGINT) => "SIGINT",
+        Some(_) => "a signal",
+        // The iterator ends only when closed, which nothing here does.
+        None => "the end of the signal stream",
+    };
+    tracing::info!(
+        "{name}: {signal} received, shutting down: GOODBYE to every client, calls in flight \
+         get up to 5 s"
+    );
+    server.shutdown();
+    tracing::info!("{name}: shut down");
+    std::process::ExitCode::SUCCESS
 }
 
 /// The Rust code of the repository's README, compiled as doc tests of this crate: its quick

@@ -1,13 +1,15 @@
 //! End-to-end checks of the demos over TCP on the loopback interface: the services through the
 //! generated stubs in-process, then the real binaries as separate processes.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rpc_core::codegen::Code;
-use rpc_core::TransportKind;
+use rpc_core::protocol::v2::HELLO_LEN;
+use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
+use rpc_core::{RingConfig, TransportKind};
 use rpc_examples::calc::calculator_client::CalculatorClient;
 use rpc_examples::calc::calculator_server::CalculatorServer;
 use rpc_examples::calc::{DivideRequest, EvaluateRequest, MultiplyRequest, SumRequest};
@@ -137,8 +139,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A demo server process, killed when dropped.
-struct ServerProcess(Child);
+/// A demo server process, killed when dropped, and the lines of its log not read yet.
+struct ServerProcess(Child, mpsc::Receiver<String>);
 
 impl ServerProcess {
     /// Starts `binary` on a port the kernel picks (`--listen 127.0.0.1:0`) and returns it
@@ -146,7 +148,7 @@ impl ServerProcess {
     /// tests doing the same: two servers on one port, one of them failing to bind while the
     /// other answers the readiness check for it.
     fn start(binary: &str) -> (ServerProcess, String) {
-        let child = Command::new(binary)
+        let mut child = Command::new(binary)
             .args(["--listen", "127.0.0.1:0", "--transport", "tcp"])
             // Few log lines: the one saying where it listens, and errors.
             .env("RUST_LOG", "info")
@@ -156,11 +158,11 @@ impl ServerProcess {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {binary}: {e}"));
-        let mut server = ServerProcess(child);
-        let stderr = server.0.stderr.take().expect("stderr is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
         // A thread reads the log to its end (the server never blocks on a full pipe) and
         // sends each line here.
         let (lines, log) = mpsc::channel();
+        let mut server = ServerProcess(child, log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if lines.send(line).is_err() {
@@ -172,7 +174,7 @@ impl ServerProcess {
         let mut seen = String::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match log.recv_timeout(left) {
+            match server.1.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(rest) = line.split("listening on ").nth(1) {
                         let addr = rest.split_whitespace().next().unwrap_or_default();
@@ -294,4 +296,83 @@ fn clients_fail_cleanly_without_a_server() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot connect"), "{stderr}");
+}
+
+/// PROTOCOL.md §14: SIGTERM (and SIGINT, Ctrl-C) makes a demo server shut down gracefully: it
+/// logs that it is shutting down, sends its clients GOODBYE, closes their connections with an
+/// orderly end of stream (not a reset) and exits with status 0.
+#[test]
+fn servers_shut_down_gracefully_on_sigterm_and_sigint() {
+    for (binary, signal) in [
+        (env!("CARGO_BIN_EXE_echo-server"), "TERM"),
+        (env!("CARGO_BIN_EXE_calculator-server"), "INT"),
+    ] {
+        let (mut server, addr) = ServerProcess::start(binary);
+        // A raw peer past the handshake, to see the frames and the close as they are.
+        let mut raw = std::net::TcpStream::connect(&addr).expect("connecting a raw peer");
+        raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        raw.write_all(&RingConfig::DEFAULT.hello().to_frame())
+            .unwrap();
+        let mut hello = [0u8; HEADER_LEN + HELLO_LEN];
+        raw.read_exact(&mut hello).expect("the server's HELLO");
+        Hello::from_frame(&hello).expect("a valid HELLO");
+        // And a client of the framework.
+        let client = tcp_client(&addr);
+
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &server.0.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(killed.success(), "kill -{signal} failed");
+
+        // GOODBYE (after keepalive PINGs, if the server grew impatient), then the end of the
+        // stream.
+        loop {
+            let mut header = [0u8; HEADER_LEN];
+            raw.read_exact(&mut header)
+                .unwrap_or_else(|e| panic!("{binary}: no GOODBYE after SIG{signal}: {e}"));
+            let h = Header::decode(&header).expect("a valid frame header");
+            assert_eq!(h.segment_len, 0, "{binary}: an unexpected {:?}", h.kind);
+            if h.kind == Kind::Goodbye {
+                assert_eq!(h.call_id, 0, "no call was opened");
+                break;
+            }
+            assert_eq!(h.kind, Kind::Ping, "{binary}: an unexpected frame");
+        }
+        let mut rest = Vec::new();
+        match raw.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => panic!("{binary}: the connection ended with {e}, not an end of stream"),
+        }
+
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = server.0.try_wait().expect("waiting for the server") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{binary} still runs after SIG{signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log: Vec<String> = server.1.try_iter().collect();
+        let log = log.join("\n");
+        assert_eq!(status.code(), Some(0), "{binary} after SIG{signal}:\n{log}");
+        assert!(
+            log.contains(&format!("SIG{signal} received, shutting down")),
+            "{binary}: the shutdown is not logged:\n{log}"
+        );
+        assert!(log.contains("shut down"), "{log}");
+
+        // The framework's client was told GOODBYE, or found the connection closed: either way
+        // a new call fails UNAVAILABLE, never hangs.
+        let echo = EchoClient::new(client);
+        let status = echo
+            .echo(EchoRequest {
+                payload: b"late".to_vec(),
+            })
+            .expect_err("a call after the server left");
+        assert_eq!(status.code(), Code::Unavailable, "{status}");
+    }
 }

@@ -8,7 +8,8 @@
 //! logged) over `--transport` (default `auto`: RDMA verbs if a usable device is present, TCP
 //! otherwise) and logs which transport it chose. The handler is cheap, so it runs inline on
 //! the completion poller thread (`Execution::Inline`) rather than on the worker pool, which
-//! saves two thread hand-offs per call. Runs until killed (Ctrl-C or `kill`).
+//! saves two thread hand-offs per call. Runs until SIGTERM or SIGINT (Ctrl-C), then shuts
+//! down gracefully: GOODBYE to every client, up to 5 s for calls in flight, exit status 0.
 //!
 //! Measure it with `echo-client`.
 
@@ -25,6 +26,14 @@ fn main() -> ExitCode {
         ServerArgs::parse(args, DEFAULT_LISTEN)
     });
     rpc_examples::init_tracing();
+    // Before serving: a SIGTERM or Ctrl-C from then on is a graceful shutdown.
+    let signals = match rpc_examples::ShutdownSignals::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("echo-server: cannot catch SIGTERM and SIGINT: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
 
     let server = match rpc_core::Server::builder()
         .add_service_with(EchoServer::new(EchoService), rpc_core::Execution::Inline)
@@ -45,5 +54,5 @@ fn main() -> ExitCode {
         server.transport_name(),
         args.transport
     );
-    rpc_examples::run_until_killed(server)
+    rpc_examples::serve_until_signalled(server, signals, "echo-server")
 }

@@ -11,8 +11,9 @@
 //! the same service as standard gRPC over HTTP/2, with health and reflection; port 0 picks
 //! a free port. Once serving, prints `listening on ADDR:PORT` and, for the gRPC face,
 //! `grpc listening on ADDR:PORT` (the real ports) on stdout, which scripts wait for, and
-//! runs until killed. `UnimplementedService` is not served, so its calls get UNIMPLEMENTED
-//! from the framework.
+//! runs until SIGTERM or SIGINT (Ctrl-C), then shuts down gracefully (GOODBYE to every
+//! client, up to 5 s for calls in flight, exit status 0). `UnimplementedService` is not
+//! served, so its calls get UNIMPLEMENTED from the framework.
 //!
 //! `--use_tls=false` is accepted for the runners; `--use_tls=true` is refused (exit status
 //! 2): the interop server speaks plaintext.
@@ -33,6 +34,14 @@ fn main() -> ExitCode {
         InteropServerArgs::parse,
     );
     rpc_examples::init_tracing();
+    // Before serving: a SIGTERM or Ctrl-C from then on is a graceful shutdown.
+    let signals = match rpc_examples::ShutdownSignals::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("interop-server: cannot catch SIGTERM and SIGINT: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let service = TestServiceImpl::new();
 
     let listen = args.listen.as_deref().unwrap_or("127.0.0.1:0");
@@ -72,5 +81,5 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(stdout);
-    rpc_examples::run_until_killed(server)
+    rpc_examples::serve_until_signalled(server, signals, "interop-server")
 }
