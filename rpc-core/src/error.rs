@@ -67,6 +67,9 @@ pub enum Error {
     /// The connection is closed.
     #[error("connection closed: {0}")]
     ConnectionClosed(String),
+    /// A new connection's rings do not fit in what is left of the memory budget.
+    #[error("memory budget spent: {0}")]
+    MemoryBudget(String),
     /// A verbs (libibverbs / librdmacm) call failed.
     #[error("verbs: {call} failed: {reason}")]
     Verbs {

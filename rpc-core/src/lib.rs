@@ -116,6 +116,7 @@ pub use runtime::transport_select::TransportKind;
 #[doc(hidden)]
 pub use runtime::wakeups_issued;
 pub use runtime::Stats;
+pub use runtime::{default_memory_budget, DEFAULT_STALL_TIMEOUT};
 pub use status::{Code, Status};
 pub use transport::RingConfig;
 

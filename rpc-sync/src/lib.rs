@@ -10,6 +10,8 @@
 //!   the waiting thread or task picks it up, without a lock.
 //! - [`Serializer`]: state worked on by one thread at a time, with work left for its owner
 //!   instead of waited for (a connection's protocol state).
+//! - [`ByteBudget`]: bytes held against a limit, reserved by a connection's owner and
+//!   released by whichever thread drops them (the memory a peer makes a server hold).
 //! - [`CountingAllocator`]: the system allocator, counting allocations and live bytes (for
 //!   benchmarks and memory-bound tests).
 //! - [`Inbox`] and [`Signal`]: a streaming call's received messages, from the connection's
@@ -41,6 +43,7 @@
 //! Under `--cfg loom` the primitives are built on loom's atomics and cells; `tests/loom.rs`
 //! holds the models (`RUSTFLAGS="--cfg loom" cargo test -p rpc-sync --release --test loom`).
 
+mod budget;
 #[cfg(not(loom))]
 mod counting;
 mod exclusive;
@@ -52,6 +55,7 @@ mod serializer;
 mod task;
 mod work_queue;
 
+pub use budget::ByteBudget;
 #[cfg(not(loom))]
 pub use counting::CountingAllocator;
 pub use exclusive::{Exclusive, ExclusiveGuard};

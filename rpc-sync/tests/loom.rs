@@ -478,3 +478,29 @@ fn work_queue_keeps_a_producers_order() {
         assert!(queue.is_empty());
     });
 }
+
+/// Two threads reserve from and release to one budget while a third takes what is left:
+/// the count never passes the limit, and everything reserved comes back.
+#[test]
+fn byte_budget_never_exceeds_its_limit() {
+    use rpc_sync::ByteBudget;
+    loom::model(|| {
+        let budget = Arc::new(ByteBudget::new(5));
+        let reserve_and_release = |budget: Arc<ByteBudget>| {
+            thread::spawn(move || {
+                if budget.try_reserve(3) {
+                    assert!(budget.used() <= budget.limit());
+                    budget.release(3);
+                }
+            })
+        };
+        let a = reserve_and_release(Arc::clone(&budget));
+        let b = reserve_and_release(Arc::clone(&budget));
+        let took = budget.reserve_up_to(4);
+        assert!(budget.used() <= budget.limit());
+        budget.release(took);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(budget.used(), 0);
+    });
+}

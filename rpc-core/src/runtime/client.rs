@@ -23,7 +23,7 @@ use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
 use crate::codegen::MethodDescriptor;
 use crate::interceptor::SharedInterceptor;
-use crate::protocol::v2::{Kind, Role};
+use crate::protocol::v2::{Kind, MemoryBudget, Role};
 use crate::transport::RingConfig;
 use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 
@@ -120,6 +120,8 @@ pub struct ClientBuilder {
     spin: Duration,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
+    memory_budget: Option<usize>,
+    stall_timeout: Option<Duration>,
     interceptor: Option<SharedInterceptor>,
     grpc_tls: Option<GrpcTls>,
 }
@@ -149,6 +151,8 @@ impl Default for ClientBuilder {
             spin: super::micros_from_env("RPC_SPIN_US", DEFAULT_SPIN_US),
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
+            memory_budget: None,
+            stall_timeout: Some(super::DEFAULT_STALL_TIMEOUT),
             interceptor: None,
             grpc_tls: None,
         }
@@ -179,6 +183,23 @@ impl ClientBuilder {
     /// UNAVAILABLE.
     pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
         self.keepalive = keepalive;
+        self
+    }
+
+    /// The most memory the client holds on behalf of its server, in bytes (default:
+    /// [`crate::default_memory_budget`]): its connection's rings and floor, and the replies
+    /// and stream messages not consumed yet or in reassembly, counted as a server counts
+    /// (see [`crate::ServerBuilder::memory_budget`]). A reply that does not fit fails its
+    /// call with RESOURCE_EXHAUSTED (and the call is cancelled at the server).
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// How long a reply in reassembly may make no progress before it is dropped and its call
+    /// failed with RESOURCE_EXHAUSTED (default 10 s; `None`: never).
+    pub fn stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
         self
     }
 
@@ -276,6 +297,11 @@ impl ClientBuilder {
                 keepalive: self.keepalive,
                 name: "client",
                 context: None,
+                memory: MemoryBudget::new(
+                    self.memory_budget
+                        .unwrap_or_else(super::default_memory_budget),
+                ),
+                stall_timeout: self.stall_timeout,
             },
         )?;
         let native = Native {
@@ -357,7 +383,16 @@ impl Native {
         let link = self
             .connector
             .connect(self.ring, id, self.connect_timeout)?;
-        Ok(self.endpoint.add_link(link))
+        let Some(memory) = self.endpoint.admit(&link) else {
+            self.endpoint.refuse_link(&link);
+            let budget = self.endpoint.memory();
+            return Err(Error::MemoryBudget(format!(
+                "the connection's rings do not fit ({} of {} bytes reserved)",
+                budget.used(),
+                budget.limit()
+            )));
+        };
+        Ok(self.endpoint.add_link(link, memory))
     }
 
     /// The live connection, reconnecting once if the previous one was lost (outside the

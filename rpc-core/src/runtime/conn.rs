@@ -18,13 +18,13 @@ use foldhash::{HashMap, HashMapExt};
 use rpc_sync::{assert_unlocked, Serializer, Wake};
 
 use super::client::CallCell;
-use super::stream::{Cancel, Incoming, StreamShared};
+use super::stream::{Cancel, Incoming, Received, StreamShared};
 use super::Counters;
 
 use crate::codegen::MethodKind;
 use crate::protocol::v2::{
-    flags, metadata, Connection, Event, Hello, Kind, Outgoing, Payload as Body, Role, SendError,
-    HEADER_LEN,
+    flags, metadata, Connection, ConnectionMemory, Event, Hello, Kind, Outgoing, Payload as Body,
+    Reservation, Role, SendError, HEADER_LEN,
 };
 use crate::transport::{Link, RecvBuf, SendBuf};
 use crate::{Code, MetadataMap, Status};
@@ -233,8 +233,13 @@ pub(crate) enum Work {
     Attach { call: u64, task: Arc<dyn Cancel> },
     /// Client: fail the calls whose deadline passed by `now`.
     Expire(Instant),
-    /// Check the peer is alive (PING it, or give up on it).
-    Keepalive(Instant, Keepalive),
+    /// The periodic look at the connection: is the peer alive (PING it, or give up on it),
+    /// and has a message stalled in reassembly (drop it)?
+    Tick {
+        now: Instant,
+        keepalive: Option<Keepalive>,
+        stall_timeout: Option<Duration>,
+    },
     /// Send what credits and send slots now allow (slots re-posted, sends completed).
     Flush,
     /// Server: GOODBYE.
@@ -500,10 +505,12 @@ impl Conn {
         role: Role,
         dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
+        memory: ConnectionMemory,
     ) -> Arc<Conn> {
         let local = link.local_hello();
         let peer = link.peer_hello();
-        let core = Connection::new(role, local, peer, link.send_slot_size());
+        let mut core = Connection::new(role, local, peer, link.send_slot_size());
+        core.set_memory(memory);
         Arc::new_cyclic(|me| Conn {
             me: me.clone(),
             peer: link.peer_name().into(),
@@ -713,7 +720,21 @@ impl Conn {
                 Role::Client => expire(owned, now),
                 Role::Server => self.expire_served(owned, now),
             },
-            Work::Keepalive(now, keepalive) => self.keepalive(owned, now, keepalive),
+            Work::Tick {
+                now,
+                keepalive,
+                stall_timeout,
+            } => {
+                let stalled = match stall_timeout {
+                    Some(timeout) => self.expire_stalled(owned, now, timeout),
+                    None => None,
+                };
+                let dead = keepalive.and_then(|k| self.keepalive(owned, now, k));
+                match (stalled, dead) {
+                    (Some(a), Some(b)) => Some(Delivery::Batch(vec![a, b])),
+                    (a, b) => a.or(b),
+                }
+            }
             Work::Flush => None,
             Work::Goodbye => {
                 owned.core.goodbye();
@@ -999,6 +1020,31 @@ impl Conn {
         None
     }
 
+    /// Drops messages stalled in reassembly for `timeout` (PROTOCOL.md §15): their calls are
+    /// refused with RESOURCE_EXHAUSTED and their bytes released.
+    fn expire_stalled(
+        &self,
+        owned: &mut Owned,
+        now: Instant,
+        timeout: Duration,
+    ) -> Option<Delivery> {
+        let failed: Vec<Delivery> = owned
+            .core
+            .expire_stalled(now, timeout)
+            .into_iter()
+            .filter_map(|event| match event {
+                Event::Refused { call, status, user } => {
+                    tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
+                    owned.awaiting_message.remove(&call);
+                    owned.replies.remove(&call);
+                    call_ended(user, status)
+                }
+                _ => None,
+            })
+            .collect();
+        (!failed.is_empty()).then_some(Delivery::Batch(failed))
+    }
+
     fn on_frame(&self, owned: &mut Owned, buf: RecvBuf) -> Option<Delivery> {
         owned.frames_received += 1;
         self.counters.received(buf.len());
@@ -1019,8 +1065,9 @@ impl Conn {
                 body,
                 end,
                 ended,
+                held,
             } => {
-                let body = Span::of(&buf, body);
+                let body = Span::of(&buf, body, held);
                 match owned.core.role() {
                     Role::Client => self.client_message(owned, call, body, buf, ended),
                     Role::Server => self.server_message(owned, call, opened, body, buf, end),
@@ -1149,6 +1196,7 @@ impl Conn {
             Event::Refused { call, status, user } => {
                 drop(buf);
                 owned.replies.remove(&call);
+                owned.awaiting_message.remove(&call);
                 call_ended(user, status)
             }
             Event::Goodbye {
@@ -1207,8 +1255,18 @@ impl Conn {
                 })
             }
             Some(CallRef::Stream(stream)) => {
-                let message = body.into_vec(&buf);
+                let message = body.copy_out(&buf, owned.core.memory());
                 drop(buf);
+                let message = match message {
+                    Ok(message) => message,
+                    // The call is over: its last message is lost, and the reader told why.
+                    Err(status) => {
+                        return Some(Delivery::End {
+                            stream,
+                            end: Err(status),
+                        })
+                    }
+                };
                 Some(Delivery::Batch(vec![
                     Delivery::Push {
                         stream: Arc::clone(&stream),
@@ -1224,17 +1282,26 @@ impl Conn {
             None => match owned.core.user(call) {
                 Some(CallRef::Stream(s)) => {
                     let stream = Arc::clone(s);
-                    let message = body.into_vec(&buf);
+                    let message = body.copy_out(&buf, owned.core.memory());
                     drop(buf);
-                    Some(Delivery::Push {
-                        stream,
-                        item: Incoming::Message(message),
-                    })
+                    match message {
+                        Ok(message) => Some(Delivery::Push {
+                            stream,
+                            item: Incoming::Message(message),
+                        }),
+                        Err(status) => self.refuse(owned, call, status),
+                    }
                 }
                 Some(CallRef::Waiter(_)) => {
                     // A unary reply without END waits for the status, copied out of its
                     // slot so it holds no credit meanwhile.
-                    let payload = body.into_payload(buf, self).detach();
+                    let payload = match body
+                        .into_payload(buf, self)
+                        .detach_within(owned.core.memory())
+                    {
+                        Ok(payload) => payload,
+                        Err(status) => return self.refuse(owned, call, status),
+                    };
                     let partial = owned.replies.entry(call).or_default();
                     if partial.message.replace(payload).is_some() {
                         owned.replies.remove(&call);
@@ -1269,8 +1336,12 @@ impl Conn {
                         return None;
                     }
                     Some(kind) if receives_stream(kind) => {
-                        let message = body.into_vec(&buf);
+                        let message = body.copy_out(&buf, owned.core.memory());
                         drop(buf);
+                        let message = match message {
+                            Ok(message) => message,
+                            Err(status) => return self.refuse(owned, call, status),
+                        };
                         let request =
                             self.serve_stream(owned, call, method, deadline, MetadataMap::new());
                         let stream = match &request {
@@ -1306,8 +1377,12 @@ impl Conn {
                         return None;
                     };
                     let stream = Arc::clone(s);
-                    let message = body.into_vec(&buf);
+                    let message = body.copy_out(&buf, owned.core.memory());
                     drop(buf);
+                    let message = match message {
+                        Ok(message) => message,
+                        Err(status) => return self.refuse(owned, call, status),
+                    };
                     let push = Delivery::Push {
                         stream: Arc::clone(&stream),
                         item: Incoming::Message(message),
@@ -1328,11 +1403,24 @@ impl Conn {
         if !end {
             // Served at the half-close, unless a second message comes first. Copied out: a
             // held message must not keep a slot (and its credit) from the peer.
-            awaiting.message = Some(payload.detach());
+            match payload.detach_within(owned.core.memory()) {
+                Ok(payload) => awaiting.message = Some(payload),
+                Err(status) => return self.refuse(owned, call, status),
+            }
             owned.awaiting_message.insert(call, awaiting);
             return None;
         }
         Some(self.serve(owned, call, awaiting, payload))
+    }
+
+    /// Gives up a call whose message this side cannot hold (PROTOCOL.md §15): a server ends
+    /// it with `status`, a client cancels it and fails it with `status`.
+    fn refuse(&self, owned: &mut Owned, call: u64, status: Status) -> Option<Delivery> {
+        tracing::debug!(peer = %self.peer, call, %status, "refusing a call");
+        owned.awaiting_message.remove(&call);
+        owned.replies.remove(&call);
+        let user = owned.core.refuse_call(call, status.clone())?;
+        call_ended(user, status)
     }
 
     /// Server: the deadline of a call that opened now (`timeout_us` from now), watched.
@@ -1636,28 +1724,39 @@ pub(crate) fn closed_status() -> Status {
     Status::unavailable("the connection is closed")
 }
 
-/// Where a message body is: a range of its frame, or reassembled bytes.
+/// Where a message body is: a range of its frame, or reassembled bytes (with their
+/// reservation).
 enum Span {
     InFrame(usize, usize),
-    Owned(Vec<u8>),
+    Owned(Vec<u8>, Option<Reservation>),
 }
 
 impl Span {
-    fn of(frame: &[u8], body: std::borrow::Cow<'_, [u8]>) -> Span {
+    fn of(frame: &[u8], body: std::borrow::Cow<'_, [u8]>, held: Option<Reservation>) -> Span {
         match body {
             std::borrow::Cow::Borrowed(b) => {
                 let offset = b.as_ptr() as usize - frame.as_ptr() as usize;
                 Span::InFrame(offset, b.len())
             }
-            std::borrow::Cow::Owned(v) => Span::Owned(v),
+            std::borrow::Cow::Owned(v) => Span::Owned(v, held),
         }
     }
 
-    /// The body as bytes of its own (the frame's slot can then be released).
-    fn into_vec(self, frame: &[u8]) -> Vec<u8> {
+    /// The body as bytes of its own, counted against `memory` (the frame's slot can then be
+    /// released); `Err` with RESOURCE_EXHAUSTED when a copy does not fit (PROTOCOL.md §15).
+    fn copy_out(self, frame: &[u8], memory: &ConnectionMemory) -> Result<Received, Status> {
         match self {
-            Span::InFrame(offset, len) => frame[offset..offset + len].to_vec(),
-            Span::Owned(v) => v,
+            Span::InFrame(offset, len) => {
+                let held = memory.reserve(Connection::<(), Vec<u8>>::message_cost(len) as usize);
+                match held {
+                    Some(held) => Ok(Received::new(
+                        frame[offset..offset + len].to_vec(),
+                        Some(held),
+                    )),
+                    None => Err(out_of_memory(len)),
+                }
+            }
+            Span::Owned(v, held) => Ok(Received::new(v, held)),
         }
     }
 
@@ -1666,16 +1765,26 @@ impl Span {
             Span::InFrame(offset, len) => Payload {
                 data: PayloadData::Slot { buf, offset, len },
                 conn: conn.self_ref(),
+                held: None,
             },
-            Span::Owned(v) => {
+            Span::Owned(v, held) => {
                 drop(buf);
                 Payload {
                     data: PayloadData::Owned(v),
                     conn: None,
+                    held,
                 }
             }
         }
     }
+}
+
+/// The status of a call refused because a message of `len` bytes does not fit in the memory
+/// left for its connection.
+fn out_of_memory(len: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "a message of {len} bytes does not fit in the memory left for this connection"
+    ))
 }
 
 impl Conn {
@@ -1691,6 +1800,8 @@ impl Conn {
 pub struct Payload {
     data: PayloadData,
     conn: Option<Arc<Conn>>,
+    /// Owned bytes held for the peer, counted against the connection's memory.
+    held: Option<Reservation>,
 }
 
 enum PayloadData {
@@ -1708,6 +1819,7 @@ impl Payload {
         Payload {
             data: PayloadData::Owned(bytes),
             conn: None,
+            held: None,
         }
     }
 
@@ -1722,6 +1834,36 @@ impl Payload {
             }
         }
         self
+    }
+
+    /// [`Payload::detach`] for a body held on behalf of the peer (a message waiting for its
+    /// call's end): the copy is counted against `memory`; `Err` with RESOURCE_EXHAUSTED (the
+    /// slot released) when it does not fit.
+    fn detach_within(self, memory: &ConnectionMemory) -> Result<Payload, Status> {
+        if !matches!(self.data, PayloadData::Slot { .. }) {
+            return Ok(self);
+        }
+        let held = memory.reserve(Connection::<(), Vec<u8>>::message_cost(self.len()) as usize);
+        match held {
+            Some(held) => {
+                let mut detached = self.detach();
+                detached.held = Some(held);
+                Ok(detached)
+            }
+            None => Err(out_of_memory(self.len())),
+        }
+    }
+
+    /// The body as a stream item: reassembled bytes keep their reservation; a body still in
+    /// its slot is copied (one request message of a call the server serves as a stream).
+    pub(crate) fn into_received(mut self) -> Received {
+        let held = self.held.take();
+        match std::mem::replace(&mut self.data, PayloadData::Owned(Vec::new())) {
+            PayloadData::Owned(v) => Received::new(v, held),
+            PayloadData::Slot { buf, offset, len } => {
+                Received::new(buf[offset..offset + len].to_vec(), held)
+            }
+        }
     }
 }
 

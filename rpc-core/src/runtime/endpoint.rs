@@ -18,7 +18,7 @@ use rpc_sync::{Exclusive, Mutex, Runnable, RwLock};
 
 use super::conn::{Conn, Dispatch, Keepalive, Work};
 use super::Counters;
-use crate::protocol::v2::Role;
+use crate::protocol::v2::{ConnectionMemory, MemoryBudget, Role, CALL_RECORD};
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
@@ -89,6 +89,10 @@ pub(crate) struct Endpoint {
     stop: AtomicBool,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
+    /// What connections may hold for their peers (PROTOCOL.md §15).
+    memory: MemoryBudget,
+    /// A message in reassembly that makes no progress for this long is dropped.
+    stall_timeout: Option<Duration>,
 }
 
 /// How an endpoint's poller thread runs.
@@ -100,6 +104,10 @@ pub(crate) struct PollerSettings {
     pub(crate) name: &'static str,
     /// Wraps the thread's loop (an async runtime's context).
     pub(crate) context: Option<super::pool::ThreadContext>,
+    /// What the endpoint's connections may hold for their peers.
+    pub(crate) memory: MemoryBudget,
+    /// A message in reassembly that makes no progress for this long is dropped.
+    pub(crate) stall_timeout: Option<Duration>,
 }
 
 impl Endpoint {
@@ -116,6 +124,8 @@ impl Endpoint {
             keepalive,
             name,
             context,
+            memory,
+            stall_timeout,
         } = settings;
         let ep = Arc::new(Endpoint {
             cq,
@@ -144,6 +154,8 @@ impl Endpoint {
             stop: AtomicBool::new(false),
             idle_spin,
             keepalive,
+            memory,
+            stall_timeout,
         });
         let runner = Arc::clone(&ep);
         let handle = std::thread::Builder::new()
@@ -158,12 +170,39 @@ impl Endpoint {
         Ok((ep, handle))
     }
 
-    pub(crate) fn add_link(&self, link: Arc<dyn Link>) -> Arc<Conn> {
+    /// Reserves what a new link's connection holds from the endpoint's memory budget: its
+    /// rings (both directions) and its floor, with a share bounded by what its ring
+    /// configuration lets a peer make it hold (PROTOCOL.md §15). `None`: the budget has no
+    /// room for it, and the link is to be refused.
+    pub(crate) fn admit(&self, link: &Arc<dyn Link>) -> Option<ConnectionMemory> {
+        let local = link.local_hello();
+        let rings = 2 * local.slot_count as usize * local.slot_size as usize;
+        let per_call = local.call_window as usize
+            + local.max_message_size as usize
+            + 16
+            + 2 * local.max_metadata_size as usize
+            + CALL_RECORD;
+        let calls = match self.role {
+            Role::Server => local.max_calls,
+            Role::Client => link.peer_hello().max_calls,
+        };
+        self.memory
+            .admit_with_share(rings, per_call.saturating_mul(calls as usize))
+    }
+
+    /// The endpoint's memory budget.
+    pub(crate) fn memory(&self) -> &MemoryBudget {
+        &self.memory
+    }
+
+    /// Registers a link admitted with `memory` ([`Endpoint::admit`]) as a connection.
+    pub(crate) fn add_link(&self, link: Arc<dyn Link>, memory: ConnectionMemory) -> Arc<Conn> {
         let conn = Conn::new(
             link,
             self.role,
             self.dispatch.clone(),
             Arc::clone(&self.counters),
+            memory,
         );
         {
             let mut links = self.links.write();
@@ -472,9 +511,16 @@ impl Endpoint {
     fn run(self: Arc<Self>) {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
-        let keepalive_tick = self
-            .keepalive
-            .map(|k| (k.interval / 4).max(Duration::from_millis(10)));
+        // Keepalive looks 4 times per interval, stalled reassembly 4 times per timeout.
+        let keepalive_tick = [
+            self.keepalive.map(|k| k.interval / 4),
+            self.stall_timeout
+                .map(|t| (t / 4).min(Duration::from_secs(1))),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| t.max(Duration::from_millis(10)));
         let mut next_keepalive = keepalive_tick.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
@@ -541,12 +587,17 @@ impl Endpoint {
         }
     }
 
-    /// Has every connection check its keepalive when the next check is due.
+    /// Has every connection check its keepalive and its stalled reassembly when the next
+    /// check is due.
     fn send_keepalives(&self, now: Instant, next: &mut Option<Instant>, tick: Option<Duration>) {
-        if let (Some(at), Some(keepalive), Some(tick)) = (*next, self.keepalive, tick) {
+        if let (Some(at), Some(tick)) = (*next, tick) {
             if now >= at {
                 for conn in self.conns().iter() {
-                    conn.submit(Work::Keepalive(now, keepalive));
+                    conn.submit(Work::Tick {
+                        now,
+                        keepalive: self.keepalive,
+                        stall_timeout: self.stall_timeout,
+                    });
                 }
                 *next = Some(now + tick);
             }

@@ -27,6 +27,24 @@ pub(crate) fn micros_from_env(name: &str, default: u64) -> Duration {
     Duration::from_micros(us)
 }
 
+/// The default memory budget of a server or client (PROTOCOL.md §15): a quarter of the
+/// machine's physical memory, at most 1 GiB (1 GiB where the memory cannot be read).
+pub fn default_memory_budget() -> usize {
+    const GIB: usize = 1 << 30;
+    let physical = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        });
+    physical.map_or(GIB, |bytes| (bytes / 4).min(GIB))
+}
+
+/// How long a message in reassembly may make no progress before it is dropped with
+/// RESOURCE_EXHAUSTED (PROTOCOL.md §15): 10 s.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Thread wake-ups the runtime issued (process-wide): a parked caller unparked, a sleeping
 /// poller woken, a request handed to the worker pool. For the `wakeups_per_call` benchmark.
 static WAKEUPS: AtomicU64 = AtomicU64::new(0);

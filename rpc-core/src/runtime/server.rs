@@ -21,7 +21,7 @@ use super::transport_select::server_transport;
 use super::{Counters, Stats};
 use crate::codegen::{MethodDescriptor, MethodKind, Service};
 use crate::interceptor::SharedInterceptor;
-use crate::protocol::v2::Role;
+use crate::protocol::v2::{MemoryBudget, Role};
 use crate::transport::{Acceptor, RingConfig};
 use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 
@@ -53,6 +53,8 @@ pub struct ServerBuilder {
     workers: usize,
     max_queued: usize,
     max_connections: Option<usize>,
+    memory_budget: Option<usize>,
+    stall_timeout: Option<Duration>,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
     services: Vec<(Arc<dyn Service>, Execution)>,
@@ -72,6 +74,8 @@ impl Default for ServerBuilder {
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_queued: 4096,
             max_connections: None,
+            memory_budget: None,
+            stall_timeout: Some(super::DEFAULT_STALL_TIMEOUT),
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
             services: Vec::new(),
@@ -112,6 +116,27 @@ impl ServerBuilder {
     /// one connection (docs/PROTOCOL.md §15), whatever its clients do.
     pub fn max_connections(mut self, max_connections: usize) -> Self {
         self.max_connections = Some(max_connections.max(1));
+        self
+    }
+
+    /// The most memory the server holds on behalf of all its clients together, in bytes
+    /// (default: [`crate::default_memory_budget`], a quarter of physical memory and at most
+    /// 1 GiB). It counts every connection's rings and a floor of its own when the connection
+    /// is admitted, and what clients make the server hold beyond that: messages in
+    /// reassembly, messages and metadata not consumed yet, queued replies. A connection may
+    /// borrow at most an eighth of the budget beyond its floor, and all of them together half
+    /// of it, so new connections are admitted and served whatever the others hold; a message
+    /// or call that does not fit is answered RESOURCE_EXHAUSTED, a connection that does not
+    /// fit is closed after its handshake (docs/PROTOCOL.md §15).
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// How long a message in reassembly may make no progress before it is dropped and its
+    /// call answered RESOURCE_EXHAUSTED (default 10 s; `None`: never).
+    pub fn stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
         self
     }
 
@@ -328,6 +353,11 @@ impl ServerBuilder {
                 keepalive: self.keepalive,
                 name: "server",
                 context: self.thread_context.clone(),
+                memory: MemoryBudget::new(
+                    self.memory_budget
+                        .unwrap_or_else(super::default_memory_budget),
+                ),
+                stall_timeout: self.stall_timeout,
             },
         )?;
         let local_addr = acceptor.local_addr();
@@ -365,10 +395,21 @@ fn accept_loop(
                 if max_connections.is_some_and(|max| endpoint.conns().len() >= max) {
                     tracing::warn!(peer = %link.peer_name(), "connection limit reached; closing the new connection");
                     endpoint.refuse_link(&link);
-                } else {
-                    tracing::debug!(peer = %link.peer_name(), "accepted");
-                    endpoint.add_link(link);
+                    continue;
                 }
+                let Some(memory) = endpoint.admit(&link) else {
+                    let budget = endpoint.memory();
+                    tracing::warn!(
+                        peer = %link.peer_name(),
+                        used = budget.used(),
+                        limit = budget.limit(),
+                        "memory budget spent; closing the new connection"
+                    );
+                    endpoint.refuse_link(&link);
+                    continue;
+                };
+                tracing::debug!(peer = %link.peer_name(), "accepted");
+                endpoint.add_link(link, memory);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "a connection attempt failed"),
@@ -599,7 +640,7 @@ impl IncomingRequest {
                 let shared = StreamShared::new(0, u32::MAX, false);
                 shared
                     .inbox
-                    .push(super::stream::Incoming::Message(payload.to_vec()));
+                    .push(super::stream::Incoming::Message(payload.into_received()));
                 shared
                     .inbox
                     .close(Some(super::stream::Incoming::End(Ok(MetadataMap::new()))));
@@ -786,6 +827,11 @@ impl Server {
     /// Number of live connections.
     pub fn connections(&self) -> usize {
         self.endpoint.conns().len()
+    }
+
+    /// The memory budget (ServerBuilder::memory_budget) and what is reserved from it now.
+    pub fn memory(&self) -> &MemoryBudget {
+        self.endpoint.memory()
     }
 
     /// Stops accepting, tells clients GOODBYE, lets handlers in flight finish (up to 5 s),

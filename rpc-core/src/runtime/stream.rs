@@ -10,7 +10,7 @@ use std::time::Instant;
 use rpc_sync::{Inbox, Mutex, Pushed, Signal};
 
 use super::port::Port;
-use crate::protocol::v2::Connection;
+use crate::protocol::v2::{Connection, Reservation};
 use crate::{MetadataMap, Status};
 
 /// Something the connection's owner cancels when the peer gives the call up (a server
@@ -31,10 +31,32 @@ pub(crate) enum Incoming {
     /// Client: the response headers.
     Headers(MetadataMap),
     /// A message, copied out of its receive slot.
-    Message(Vec<u8>),
+    Message(Received),
     /// The end. Client: the status, with the trailers (`Ok`) or in the status' metadata.
     /// Server: `Ok` is the client's half-close, `Err` the call was cancelled or lost.
     End(Result<MetadataMap, Status>),
+}
+
+/// A received message's bytes, counted against the connection's memory (PROTOCOL.md §15)
+/// until the reader drops them.
+#[derive(Debug)]
+pub(crate) struct Received {
+    bytes: Vec<u8>,
+    _held: Option<Reservation>,
+}
+
+impl Received {
+    /// Bytes held under `held` (`None`: counted elsewhere, or not held for a peer).
+    pub(crate) fn new(bytes: Vec<u8>, held: Option<Reservation>) -> Received {
+        Received { bytes, _held: held }
+    }
+}
+
+impl std::ops::Deref for Received {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// One streaming call's shared state.

@@ -17,12 +17,14 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use foldhash::{HashMap, HashMapExt};
 
 use super::frame::{
     flags, violation, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD,
 };
+use super::memory::{ConnectionMemory, Reservation};
 use super::metadata;
 use super::Violation;
 use crate::{Code, Error, Status};
@@ -74,6 +76,9 @@ pub enum Event<'f, C> {
         end: bool,
         /// Client: the call's data, when `end` ended the call.
         ended: Option<C>,
+        /// A reassembled body's bytes, reserved from the connection's memory (§15): keep it
+        /// as long as the body is held. `None` for a body borrowed from its frame.
+        held: Option<Reservation>,
     },
     /// Server: the client half-closed (END without a message).
     HalfClosed {
@@ -187,6 +192,8 @@ pub enum SendError {
     TooLarge(String),
     /// The frame is not valid for this role or this point of the call.
     Invalid(&'static str),
+    /// Queuing the frame would take this side past its memory budget (§15).
+    OutOfMemory(String),
 }
 
 #[derive(Debug)]
@@ -194,6 +201,8 @@ struct Queued<P> {
     header: Header,
     payload: Payload<P>,
     sent: usize,
+    /// A queued MESSAGE's bytes, reserved from the connection's memory.
+    _held: Option<Reservation>,
 }
 
 #[derive(Debug)]
@@ -201,6 +210,11 @@ struct Partial {
     first: Header,
     received: u32,
     buf: Vec<u8>,
+    /// The whole logical frame's bytes, reserved at its first segment.
+    held: Reservation,
+    /// What [`Connection::expire_stalled`] saw last: the bytes received then, and since
+    /// when that figure has not changed.
+    seen: Option<(u32, Instant)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +251,9 @@ struct Call<C, P> {
     window_queued: bool,
     cancel: Option<Code>,
     partial: Option<Partial>,
+    /// Server: the call's record and received metadata, reserved from the connection's
+    /// memory while the call is open.
+    held: Reservation,
 }
 
 impl<C, P> Call<C, P> {
@@ -259,6 +276,7 @@ impl<C, P> Call<C, P> {
             window_queued: false,
             cancel: None,
             partial: None,
+            held: Reservation::default(),
         }
     }
 
@@ -298,7 +316,13 @@ pub struct Connection<C, P> {
     goodbye_to_send: Option<u64>,
     goodbye_sent: Option<u64>,
     goodbye_received: Option<u64>,
+    /// What the peer makes this side hold, counted against the budget (§15).
+    memory: ConnectionMemory,
 }
+
+/// Bytes a server reserves for each call it opens (§15): the call's records in the core and
+/// the runtime, before any metadata or message.
+pub const CALL_RECORD: usize = 1024;
 
 /// Bytes a MESSAGE costs against a call's window.
 fn window_cost(len: u32) -> i64 {
@@ -331,7 +355,19 @@ where
             goodbye_to_send: None,
             goodbye_sent: None,
             goodbye_received: None,
+            memory: ConnectionMemory::unlimited(),
         }
+    }
+
+    /// Counts what the peer makes this side hold against `memory` from now on (a new
+    /// connection's, before its first frame). Without it a connection's memory is unlimited.
+    pub fn set_memory(&mut self, memory: ConnectionMemory) {
+        self.memory = memory;
+    }
+
+    /// The connection's memory account.
+    pub fn memory(&self) -> &ConnectionMemory {
+        &self.memory
     }
 
     /// This side's role.
@@ -516,20 +552,7 @@ where
     /// Looks up the open call a non-opening frame is for: `Ok(None)` when it is not open any
     /// more (frames in flight after an END or CANCEL are discarded).
     fn open_call_for(&mut self, h: &Header) -> Result<Option<&mut Call<C, P>>, Error> {
-        if h.call_id > self.highest_call {
-            return Err(violation(
-                Violation::UnknownCall,
-                format!(
-                    "{} for call {} that was never opened",
-                    h.kind.name(),
-                    h.call_id
-                ),
-            ));
-        }
-        Ok(self
-            .calls
-            .get_mut(&h.call_id)
-            .filter(|c| c.state == State::Open))
+        open_call_in(&mut self.calls, self.highest_call, h)
     }
 
     fn on_window(&mut self, h: &Header) -> Result<(), Error> {
@@ -582,11 +605,11 @@ where
         }
         let role = self.role;
         let local = self.local;
-        let Some(call) = self.open_call_for(h)? else {
+        let Some(call) = open_call_in(&mut self.calls, self.highest_call, h)? else {
             return Ok(Event::None);
         };
         // Segments: one frame of a call at a time, in order, repeating the first's fields.
-        let whole: Cow<'f, [u8]> = if h.is_first_segment() {
+        let whole: (Cow<'f, [u8]>, Option<Reservation>) = if h.is_first_segment() {
             if call.partial.is_some() {
                 return Err(violation(
                     Violation::SegmentRestart,
@@ -607,13 +630,28 @@ where
                 call.recv_window -= window_cost(h.message_len);
             }
             if h.is_last_segment() {
-                Cow::Borrowed(payload)
+                (Cow::Borrowed(payload), None)
             } else {
-                // Grown with what arrives, never reserved from the declared length.
+                // The declared length is reserved now (§15); the buffer grows with what
+                // arrives, never past that length.
+                let cost = match h.kind {
+                    Kind::Message => window_cost(h.message_len) as usize,
+                    _ => h.message_len as usize,
+                };
+                let Some(held) = self.memory.reserve(cost) else {
+                    let status = Status::resource_exhausted(format!(
+                        "{} of {} bytes does not fit in the memory left for this connection",
+                        h.kind.name(),
+                        h.message_len
+                    ));
+                    return Ok(self.refuse(h.call_id, status));
+                };
                 call.partial = Some(Partial {
                     first: *h,
                     received: h.segment_len,
                     buf: payload.to_vec(),
+                    held,
+                    seen: None,
                 });
                 return Ok(Event::None);
             }
@@ -639,12 +677,20 @@ where
                     ),
                 ));
             }
+            // Doubling, but never past the declared length: what the buffer holds stays
+            // within what was reserved.
+            let needed = p.buf.len() + payload.len();
+            if needed > p.buf.capacity() {
+                let target = (p.buf.capacity() * 2).clamp(needed, h.message_len as usize);
+                p.buf.reserve_exact(target - p.buf.len());
+            }
             p.buf.extend_from_slice(payload);
             p.received += h.segment_len;
             if !h.is_last_segment() {
                 return Ok(Event::None);
             }
-            Cow::Owned(call.partial.take().expect("checked above").buf)
+            let done = call.partial.take().expect("checked above");
+            (Cow::Owned(done.buf), Some(done.held))
         };
         self.complete_frame(h, whole)
     }
@@ -674,10 +720,18 @@ where
         }
         self.highest_call = h.call_id;
         self.counted_calls += 1;
-        self.calls.insert(
-            h.call_id,
-            Call::new(None, self.peer.call_window, self.local.call_window),
-        );
+        let mut call = Call::new(None, self.peer.call_window, self.local.call_window);
+        let record = self.memory.reserve(CALL_RECORD);
+        let refused = record.is_none();
+        call.held = record.unwrap_or_default();
+        self.calls.insert(h.call_id, call);
+        if refused {
+            let status = Status::resource_exhausted(
+                "the server's memory for this connection is spent; no call can open now",
+            );
+            let _ = self.end_call(h.call_id, &status, &[]);
+            return Ok(());
+        }
         if let Some(last) = self.goodbye_sent {
             if h.call_id > last {
                 // Not processed: the client may retry it elsewhere.
@@ -693,13 +747,36 @@ where
     fn complete_frame<'f>(
         &mut self,
         h: &Header,
-        whole: Cow<'f, [u8]>,
+        (whole, mut held): (Cow<'f, [u8]>, Option<Reservation>),
     ) -> Result<Event<'f, C>, Error> {
         let call_id = h.call_id;
         if matches!(h.kind, Kind::Headers | Kind::End) {
             metadata::validate(&whole)?;
         }
         let call = self.calls.get_mut(&call_id).expect("open call");
+        if h.kind == Kind::Headers {
+            // Metadata stays with the call (its copy lives as long): charged to it.
+            let kept = match held.take() {
+                Some(held) => {
+                    call.held.absorb(held);
+                    true
+                }
+                None => match self.memory.reserve(whole.len()) {
+                    Some(more) => {
+                        call.held.absorb(more);
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if !kept {
+                let status = Status::resource_exhausted(format!(
+                    "metadata of {} bytes does not fit in the memory left for this connection",
+                    whole.len()
+                ));
+                return Ok(self.refuse(call_id, status));
+            }
+        }
         let opening = h.has(flags::OPEN);
         match (h.kind, self.role) {
             (Kind::Headers, Role::Server) => Ok(Event::Opened {
@@ -731,6 +808,7 @@ where
                     body: whole,
                     end,
                     ended,
+                    held,
                 })
             }
             (Kind::End, Role::Server) => {
@@ -771,6 +849,52 @@ where
         }
     }
 
+    /// Gives up a call whose data this side cannot hold (a message it would have to copy out
+    /// beyond its memory, §15), as for a message above its limits: a server queues END with
+    /// `status`, a client a CANCEL with its code. Returns the call's data, if it was open.
+    pub fn refuse_call(&mut self, call: u64, status: Status) -> Option<C> {
+        match self.refuse(call, status) {
+            Event::Refused { user, .. } => Some(user),
+            _ => None,
+        }
+    }
+
+    /// Drops every logical frame in reassembly that made no progress for `timeout` (§15): its
+    /// bytes are released and its call refused with RESOURCE_EXHAUSTED (a server's END, a
+    /// client's CANCEL), as [`Event::Refused`] for the calls whose data was set. A frame is
+    /// seen stalled from the first call that finds it unchanged, so with calls every `tick`
+    /// it goes after between `timeout` and `timeout + tick` without progress.
+    pub fn expire_stalled(&mut self, now: Instant, timeout: Duration) -> Vec<Event<'static, C>> {
+        let mut stalled = Vec::new();
+        for (&id, call) in self.calls.iter_mut() {
+            let Some(p) = call.partial.as_mut() else {
+                continue;
+            };
+            match p.seen {
+                Some((received, since)) if received == p.received => {
+                    if now.saturating_duration_since(since) >= timeout {
+                        stalled.push((id, p.first.kind, p.received, p.first.message_len));
+                    }
+                }
+                _ => p.seen = Some((p.received, now)),
+            }
+        }
+        stalled.sort_unstable_by_key(|s| s.0);
+        stalled
+            .into_iter()
+            .filter_map(|(id, kind, received, len)| {
+                let status = Status::resource_exhausted(format!(
+                    "{} stalled in reassembly at {received} of {len} bytes for {timeout:?}; dropped",
+                    kind.name()
+                ));
+                match self.refuse(id, status) {
+                    Event::None => None,
+                    refused => Some(refused),
+                }
+            })
+            .collect()
+    }
+
     /// Marks a call closed on this side; returns its data. Counting: a server stops counting
     /// it now; a client when the server ended it (now) or when its CANCEL is emitted.
     fn close_call(&mut self, id: u64) -> Option<C> {
@@ -780,6 +904,7 @@ where
         }
         call.state = State::Closing;
         call.partial = None;
+        call.held = Reservation::default();
         // Frames queued for it are pointless now (a started frame's remaining segments
         // included: the receiver drops a partial frame when the call ends).
         call.out.clear();
@@ -924,6 +1049,26 @@ where
         if ends && !(frame.kind == Kind::Message || frame.kind == Kind::End) {
             return Err(SendError::Invalid("END only on MESSAGE"));
         }
+        // The fast path: nothing of this call or of others is waiting, window and credits
+        // allow, and the payload is already in its buffer: the frame goes now, unqueued.
+        let direct = call.out.is_empty()
+            && (frame.kind != Kind::Message || call.send_window > 0)
+            && self.ready.is_empty()
+            && self.send_credits >= 2
+            && matches!(frame.payload, Payload::InBuffer(..));
+        // A queued message is held here until it leaves: counted (§15).
+        let mut held = None;
+        if !direct && frame.kind == Kind::Message {
+            match self.memory.reserve(window_cost(len as u32) as usize) {
+                Some(r) => held = Some(r),
+                None => {
+                    return Err(SendError::OutOfMemory(format!(
+                        "a message of {len} bytes waiting to be sent does not fit in the \
+                         memory left for this connection"
+                    )))
+                }
+            }
+        }
         call.frames_sent += 1;
         call.message_sent |= frame.kind == Kind::Message;
         if ends {
@@ -941,13 +1086,6 @@ where
             segment_len: len as u32,
         };
         let server_done = role == Role::Server && ends;
-        // The fast path: nothing of this call or of others is waiting, window and credits
-        // allow, and the payload is already in its buffer: the frame goes now, unqueued.
-        let direct = call.out.is_empty()
-            && (frame.kind != Kind::Message || call.send_window > 0)
-            && self.ready.is_empty()
-            && self.send_credits >= 2
-            && matches!(frame.payload, Payload::InBuffer(..));
         if direct {
             if frame.kind == Kind::Message {
                 call.send_window -= window_cost(header.message_len);
@@ -973,12 +1111,14 @@ where
             header,
             payload: frame.payload,
             sent: 0,
+            _held: held,
         });
         if server_done {
             self.counted_calls -= 1;
             let call = self.calls.get_mut(&call_id).expect("present");
             call.state = State::Closing;
             call.partial = None;
+            call.held = Reservation::default();
         }
         let call = self.calls.get_mut(&call_id).expect("present");
         // A queued frame must not hold its send buffer: buffers are few, and one held
@@ -1262,6 +1402,26 @@ where
 
 /// The order of frames within a call (`docs/PROTOCOL.md` §7), checked on each frame's first
 /// segment.
+/// [`Connection::open_call_for`] on the call table alone (the rest of the connection stays
+/// free to borrow).
+fn open_call_in<'c, C, P>(
+    calls: &'c mut HashMap<u64, Call<C, P>>,
+    highest_call: u64,
+    h: &Header,
+) -> Result<Option<&'c mut Call<C, P>>, Error> {
+    if h.call_id > highest_call {
+        return Err(violation(
+            Violation::UnknownCall,
+            format!(
+                "{} for call {} that was never opened",
+                h.kind.name(),
+                h.call_id
+            ),
+        ));
+    }
+    Ok(calls.get_mut(&h.call_id).filter(|c| c.state == State::Open))
+}
+
 fn check_call_order<C, P>(role: Role, call: &Call<C, P>, h: &Header) -> Result<(), Error> {
     if !call.recv_open {
         return Err(violation(

@@ -629,6 +629,7 @@ impl Driver {
                 body,
                 end,
                 ended,
+                ..
             } => {
                 if opened.is_some() {
                     self.adopt(call);

@@ -4,12 +4,14 @@
 
 pub mod conn;
 pub mod frame;
+pub mod memory;
 pub mod metadata;
 mod violation;
 
 #[doc(hidden)]
 pub mod fuzz;
 
-pub use conn::{Connection, Event, Outgoing, Payload, Role, SendError};
+pub use conn::{Connection, Event, Outgoing, Payload, Role, SendError, CALL_RECORD};
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};
+pub use memory::{ConnectionMemory, MemoryBudget, Reservation};
 pub use violation::Violation;

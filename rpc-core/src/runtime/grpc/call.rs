@@ -17,7 +17,7 @@ use rpc_sync::{Inbox, Mutex, Signal};
 
 use super::frame_message;
 use crate::protocol::v2::Connection;
-use crate::runtime::stream::{Incoming, StreamShared};
+use crate::runtime::stream::{Incoming, Received, StreamShared};
 use crate::{Code, MetadataMap, Status};
 
 /// Bytes of received, unread messages after which the reading task pauses.
@@ -170,7 +170,10 @@ impl GrpcCall {
     pub(crate) fn deliver(&self, message: Bytes) -> bool {
         let cost = Connection::<(), Vec<u8>>::message_cost(message.len());
         self.unread.fetch_add(cost, Ordering::AcqRel);
-        if self.shared.push(Incoming::Message(message.to_vec())) {
+        if self
+            .shared
+            .push(Incoming::Message(Received::new(message.to_vec(), None)))
+        {
             true
         } else {
             self.unread.fetch_sub(cost, Ordering::AcqRel);

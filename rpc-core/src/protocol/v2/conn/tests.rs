@@ -64,6 +64,7 @@ fn own(e: Event<'_, u32>) -> Ev {
             body,
             end,
             ended,
+            ..
         } => Ev::Message(call, opened, body.to_vec(), end, ended),
         Event::HalfClosed { call } => Ev::HalfClosed(call),
         Event::Ended {
