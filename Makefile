@@ -6,7 +6,10 @@
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
 #   make test               fmt check, clippy, cargo test, loom models, gRPC's interop cases over
-#                           TCP, then the verbs suite in the VM (one host, then two hosts)
+#                           TCP, the VM's fallback from KVM to TCG, then the verbs suite in the VM
+#                           (one host, then two hosts)
+#   make test-softroce-fallback  scripts/softroce-vm boots again under TCG when KVM is not ready
+#                           by the boot deadline (one TCG boot)
 #   make interop-tcp        gRPC's interop cases (interop-client against interop-server) over TCP
 #   make test-verbs         the verbs tests + the interop cases inside scripts/softroce-vm (one guest)
 #   make test-verbs-2hosts  two-host verbs tests + the examples and the interop cases across two
@@ -43,11 +46,20 @@ VERBS_ADDR ?=
 # instead of 2 with the host's load average at 8, and 900 s then cut the third round off).
 BENCH_VM_TIMEOUT ?= 1800
 export ECHO_SIZE ECHO_CONCURRENCY
+# Where scripts/softroce-vm remembers, for the rest of this make run, that a guest under KVM
+# was not ready by its boot deadline (SOFTROCE_BOOT_DEADLINE) and it fell back to TCG: later VM
+# steps then boot under TCG at once. One name per make run (make's pid and start time), so a
+# file from an earlier run is never read; the file exists only after a fallback.
+ifndef SOFTROCE_ACCEL_FILE
+SOFTROCE_ACCEL_FILE := $(abspath $(TARGET_DIR))/softroce-accel.$(shell echo "$$PPID.$$(date +%s)")
+endif
+export SOFTROCE_ACCEL_FILE
 
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
 .PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom interop-tcp \
-	bins interop-grpc test-verbs test-verbs-2hosts test-verbs-native test-list bench fuzz
+	bins interop-grpc test-softroce-fallback test-verbs test-verbs-2hosts test-verbs-native test-list \
+	bench fuzz
 
 setup:
 	scripts/setup
@@ -72,7 +84,8 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check clippy unit-test loom interop-tcp interop-grpc test-verbs test-verbs-2hosts
+test: setup fmt-check clippy unit-test loom interop-tcp interop-grpc test-softroce-fallback \
+	test-verbs test-verbs-2hosts
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -109,6 +122,11 @@ test-list:
 	scripts/test-executables $(FEATURES) > $(TEST_LIST).tmp
 	mv $(TEST_LIST).tmp $(TEST_LIST)
 	@echo "==> $$(wc -l < $(TEST_LIST)) test executables listed in $(TEST_LIST)"
+
+# The VM's fallback: a boot under KVM that is not ready by its deadline is killed and booted
+# again under TCG (scripts/test-softroce-fallback forces it; one TCG boot, 15-30 s).
+test-softroce-fallback: setup
+	scripts/test-softroce-fallback
 
 test-verbs: setup test-list bins
 	$(VM) --timeout $(VM_TIMEOUT) -- scripts/verbs-tests --interop $(TARGET_DIR)/debug $(TEST_LIST)
