@@ -3,6 +3,9 @@
 /// End-to-end scenarios shared by the TCP and verbs test suites.
 pub mod scenarios;
 
+/// A hostile peer speaking the protocol by hand (TCP or verbs): the memory attack.
+pub mod attack;
+
 /// The `testing.Race` service with counted handlers, for the race and async tests.
 pub mod race;
 
