@@ -2,6 +2,7 @@
 //! row of the violation table, each named after its row.
 
 use super::*;
+use crate::protocol::v2::MemoryBudget;
 
 type Core = Connection<u32, Vec<u8>>;
 
@@ -1424,4 +1425,231 @@ fn random_interleavings_of_two_cores_never_violate_lose_or_hang() {
     for seed in 1..=seeds {
         simulate(seed);
     }
+}
+
+// ----- memory (PROTOCOL.md §15) --------------------------------------------------------------
+
+/// A server core whose memory comes from a budget with no floor and a share of `share` bytes.
+fn server_with_share(share: usize) -> (Core, Core, MemoryBudget) {
+    let (client, mut server) = pair();
+    let budget = MemoryBudget::with_floor(1 << 20, 0);
+    server.set_memory(budget.admit_with_share(0, share).unwrap());
+    (client, server, budget)
+}
+
+#[test]
+fn a_segmented_message_holds_its_declared_length_until_it_is_dropped() {
+    let (mut client, mut server, budget) = server_with_share(64 << 10);
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let call = client.open_call(1).unwrap();
+    let body = vec![3u8; 3000];
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, 0, 0, &body),
+        ADD,
+        0,
+    );
+    let first = up.frames.pop_front().unwrap();
+    assert_eq!(own(server.on_frame(&first).unwrap()), Ev::None);
+    assert_eq!(
+        budget.used(),
+        CALL_RECORD + 3000 + MESSAGE_OVERHEAD as usize,
+        "the call's record and the whole message, reserved at its first segment"
+    );
+    server.released(1);
+    // The rest, as credits come back.
+    let mut held = None;
+    while held.is_none() {
+        while let Some(f) = up.frames.pop_front() {
+            if let Event::Message {
+                body: b, held: h, ..
+            } = server.on_frame(&f).unwrap()
+            {
+                assert_eq!(&b[..], &body[..]);
+                held = Some(h.expect("a reassembled body comes with its reservation"));
+            }
+            server.released(1);
+        }
+        down.flush(&mut server);
+        down.deliver(&mut client);
+        up.flush(&mut client);
+    }
+    let held = held.unwrap();
+    assert_eq!(held.bytes(), 3000 + MESSAGE_OVERHEAD as usize);
+    drop(held);
+    assert_eq!(
+        budget.used(),
+        CALL_RECORD,
+        "the message is released with its body"
+    );
+    let reply = (Kind::Message, flags::END, 0, &[1][..]);
+    send(&mut down, &mut server, call, reply, 0, 0);
+    assert_eq!(budget.used(), 0, "the call's record goes with the call");
+}
+
+#[test]
+fn a_message_beyond_the_share_is_refused_and_costs_nothing() {
+    let (mut client, mut server, budget) = server_with_share(CALL_RECORD + 2000);
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let call = client.open_call(1).unwrap();
+    let body = vec![3u8; 3000];
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, flags::END, 0, &body),
+        ADD,
+        0,
+    );
+    assert_eq!(
+        up.deliver(&mut server),
+        vec![],
+        "refused before the call is delivered"
+    );
+    assert_eq!(budget.used(), 0);
+    down.flush(&mut server);
+    assert_eq!(
+        down.deliver(&mut client),
+        vec![Ev::Ended(
+            call,
+            Code::ResourceExhausted,
+            vec![(
+                "grpc-message".to_string(),
+                b"MESSAGE of 3000 bytes does not fit in the memory left for this connection"
+                    .to_vec()
+            )],
+            1
+        )]
+    );
+    // A message within the share is served on the same connection.
+    let call = client.open_call(2).unwrap();
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, flags::END, 0, &[7; 300]),
+        ADD,
+        0,
+    );
+    let delivered = up.deliver(&mut server);
+    assert!(matches!(
+        delivered[..],
+        [Ev::Message(2, Some(_), _, true, None)]
+    ));
+}
+
+#[test]
+fn a_server_whose_memory_is_spent_refuses_new_calls() {
+    let (mut client, mut server, _budget) = server_with_share(CALL_RECORD);
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    for user in [1, 2] {
+        let call = client.open_call(user).unwrap();
+        send(
+            &mut up,
+            &mut client,
+            call,
+            (Kind::Message, 0, 0, &[1; 10]),
+            ADD,
+            0,
+        );
+    }
+    let delivered = up.deliver(&mut server);
+    assert!(matches!(
+        delivered[..],
+        [Ev::Message(1, Some(_), _, false, None)]
+    ));
+    down.flush(&mut server);
+    let answers = down.deliver(&mut client);
+    assert!(
+        matches!(answers[..], [Ev::Ended(2, Code::ResourceExhausted, _, 2)]),
+        "{answers:?}"
+    );
+}
+
+#[test]
+fn a_message_stalled_in_reassembly_is_dropped_on_the_virtual_clock() {
+    let (mut client, mut server, budget) = server_with_share(64 << 10);
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let timeout = Duration::from_secs(10);
+    let t0 = Instant::now();
+    let call = client.open_call(1).unwrap();
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, 0, 0, &[5; 1000]),
+        ADD,
+        0,
+    );
+    let first = up.frames.pop_front().unwrap();
+    server.on_frame(&first).unwrap();
+    assert!(server.expire_stalled(t0, timeout).is_empty(), "first look");
+    // Progress at 5 s restarts the count.
+    let second = up.frames.pop_front().unwrap();
+    server.on_frame(&second).unwrap();
+    let t = |s: f64| t0 + Duration::from_secs_f64(s);
+    assert!(server.expire_stalled(t(5.0), timeout).is_empty());
+    assert!(
+        server.expire_stalled(t(14.9), timeout).is_empty(),
+        "9.9 s without progress"
+    );
+    assert!(budget.used() > CALL_RECORD);
+    // Opened but not delivered: nothing to report, the END goes to the client.
+    assert!(server.expire_stalled(t(15.0), timeout).is_empty());
+    assert_eq!(
+        budget.used(),
+        0,
+        "the partial message and the call are released"
+    );
+    down.flush(&mut server);
+    let answers = down.deliver(&mut client);
+    assert!(
+        matches!(answers[..], [Ev::Ended(1, Code::ResourceExhausted, _, 1)]),
+        "{answers:?}"
+    );
+    // What was left of it is discarded.
+    assert_eq!(up.deliver(&mut server), vec![]);
+}
+
+#[test]
+fn a_reply_stalled_in_reassembly_fails_the_call_at_the_client() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let t0 = Instant::now();
+    let call = client.open_call(9).unwrap();
+    send(
+        &mut up,
+        &mut client,
+        call,
+        (Kind::Message, flags::END, 0, &[1]),
+        ADD,
+        0,
+    );
+    up.deliver(&mut server);
+    send(
+        &mut down,
+        &mut server,
+        call,
+        (Kind::Message, flags::END, 0, &[2; 1000]),
+        0,
+        0,
+    );
+    let first = down.frames.pop_front().unwrap();
+    client.on_frame(&first).unwrap();
+    let timeout = Duration::from_secs(1);
+    assert!(client.expire_stalled(t0, timeout).is_empty());
+    let failed: Vec<Ev> = client
+        .expire_stalled(t0 + timeout, timeout)
+        .into_iter()
+        .map(own)
+        .collect();
+    assert_eq!(failed, vec![Ev::Refused(call, Code::ResourceExhausted, 9)]);
+    up.flush(&mut client);
+    let cancel = Header::decode(&up.frames[0]).unwrap();
+    assert_eq!(
+        (cancel.kind, cancel.code),
+        (Kind::Cancel, Code::ResourceExhausted as u32)
+    );
 }
