@@ -26,8 +26,8 @@ pub const CALLS: u64 = 128;
 pub trait Wire: Send {
     /// Sends one frame.
     fn send(&mut self, frame: &[u8]);
-    /// The next frame from the server; `None` once the connection is closed.
-    fn recv(&mut self) -> Option<Vec<u8>>;
+    /// The next frame from the server; `Err` with the reason once the connection is closed.
+    fn recv(&mut self) -> Result<Vec<u8>, String>;
     /// Something another thread calls to close the connection (ending a blocked `recv`).
     fn closer(&self) -> Box<dyn FnOnce() + Send>;
 }
@@ -55,13 +55,16 @@ impl Wire for TcpWire {
         self.stream.write_all(frame).unwrap();
     }
 
-    fn recv(&mut self) -> Option<Vec<u8>> {
+    fn recv(&mut self) -> Result<Vec<u8>, String> {
+        let closed = |e: std::io::Error| format!("closed: {e}");
         let mut frame = vec![0u8; HEADER_LEN];
-        self.stream.read_exact(&mut frame).ok()?;
+        self.stream.read_exact(&mut frame).map_err(closed)?;
         let h = Header::decode(&frame).unwrap();
         frame.resize(HEADER_LEN + h.segment_len as usize, 0);
-        self.stream.read_exact(&mut frame[HEADER_LEN..]).ok()?;
-        Some(frame)
+        self.stream
+            .read_exact(&mut frame[HEADER_LEN..])
+            .map_err(closed)?;
+        Ok(frame)
     }
 
     fn closer(&self) -> Box<dyn FnOnce() + Send> {
@@ -78,7 +81,7 @@ pub struct VerbsWire {
     cq: Arc<dyn CompletionQueue>,
     link: Arc<dyn Link>,
     received: std::collections::VecDeque<Vec<u8>>,
-    closed: bool,
+    closed: Option<String>,
 }
 
 impl VerbsWire {
@@ -95,7 +98,7 @@ impl VerbsWire {
             cq,
             link,
             received: Default::default(),
-            closed: false,
+            closed: None,
         };
         (wire, hello)
     }
@@ -112,7 +115,7 @@ impl VerbsWire {
             match c {
                 Completion::Recv { buf, .. } => self.received.push_back(buf.to_vec()),
                 Completion::SendDone { .. } => {}
-                Completion::Closed { .. } => self.closed = true,
+                Completion::Closed { reason, .. } => self.closed = Some(reason),
             }
         }
     }
@@ -126,18 +129,20 @@ impl Wire for VerbsWire {
                 self.link.post_send(slot, frame.len()).unwrap();
                 return;
             }
-            assert!(!self.closed, "the server closed the connection");
+            if let Some(reason) = &self.closed {
+                panic!("the connection closed: {reason}");
+            }
             self.poll(Duration::from_millis(10));
         }
     }
 
-    fn recv(&mut self) -> Option<Vec<u8>> {
+    fn recv(&mut self) -> Result<Vec<u8>, String> {
         loop {
             if let Some(frame) = self.received.pop_front() {
-                return Some(frame);
+                return Ok(frame);
             }
-            if self.closed {
-                return None;
+            if let Some(reason) = &self.closed {
+                return Err(reason.clone());
             }
             self.poll(Duration::from_millis(50));
         }
@@ -157,6 +162,8 @@ pub struct Attacker<W: Wire> {
     owed: u32,
     /// Calls the server ended (refused) so far.
     refused: Vec<u64>,
+    /// What the attacker is doing (for a failure's message).
+    phase: &'static str,
 }
 
 impl<W: Wire> Attacker<W> {
@@ -167,6 +174,7 @@ impl<W: Wire> Attacker<W> {
             credits: server.slot_count,
             owed: 0,
             refused: Vec::new(),
+            phase: "connected",
         }
     }
 
@@ -183,10 +191,15 @@ impl<W: Wire> Attacker<W> {
     /// Reads one frame, noting the credits it returns, the slot it took (returned with our
     /// next frame) and an END (a refusal, RESOURCE_EXHAUSTED). Panics if the server closes.
     pub fn read(&mut self) -> Header {
-        self.try_read().expect("the server keeps talking")
+        self.try_read().unwrap_or_else(|reason| {
+            panic!(
+                "the server stopped talking while {} (credits {}, owed {}): {reason}",
+                self.phase, self.credits, self.owed
+            )
+        })
     }
 
-    fn try_read(&mut self) -> Option<Header> {
+    fn try_read(&mut self) -> Result<Header, String> {
         let frame = self.wire.recv()?;
         let h = Header::decode(&frame).unwrap();
         self.credits += u32::from(h.credits);
@@ -199,7 +212,12 @@ impl<W: Wire> Attacker<W> {
             );
             self.refused.push(h.call_id);
         }
-        Some(h)
+        // Credits owed go back at once (PROTOCOL.md §7.4): half our slots' worth, in a CREDIT
+        // frame if nothing else is going out.
+        if self.owed >= RingConfig::default().slot_count / 2 && self.credits >= 1 {
+            self.send(Header::new(Kind::Credit), &[]);
+        }
+        Ok(h)
     }
 
     /// Waits until 2 credits are held (returning ours in a CREDIT frame if that is all we
@@ -257,12 +275,15 @@ impl<W: Wire> Attacker<W> {
             segment_len: len,
             ..Header::new(Kind::Message)
         };
+        self.phase = "opening calls";
         for call in 1..=CALLS {
             self.ensure_credits();
             self.send(header(call, 0, segment), &chunk);
         }
+        self.phase = "settling the openings";
         self.settle();
         let accepted: Vec<u64> = (1..=CALLS).filter(|c| !self.refused.contains(c)).collect();
+        self.phase = "sending the accepted messages";
         for &call in &accepted {
             let mut offset = segment;
             while offset < message_len - 1 {
@@ -272,7 +293,9 @@ impl<W: Wire> Attacker<W> {
                 offset += len;
             }
         }
+        self.phase = "settling the messages";
         self.settle();
+        self.phase = "holding";
         assert!(
             accepted.iter().all(|c| !self.refused.contains(c)),
             "a message the server accepted is not dropped while it makes progress"
@@ -283,7 +306,7 @@ impl<W: Wire> Attacker<W> {
     /// Holds the connection (answering keepalive PINGs, so the server keeps it) until it is
     /// closed.
     pub fn hold(&mut self) {
-        while let Some(h) = self.try_read() {
+        while let Ok(h) = self.try_read() {
             if h.kind == Kind::Ping && !h.has(flags::ACK) && self.credits >= 2 {
                 self.send(
                     Header {
@@ -364,7 +387,7 @@ pub struct Outcome {
     pub floor: usize,
     /// Peak of the sampled heap count.
     pub heap_peak: usize,
-    /// The process's RSS peak (`VmHWM`) afterwards.
+    /// The process's RSS peak (`VmHWM`) during the run.
     pub rss_peak: usize,
     /// The good client's calls that succeeded, of 100.
     pub good_calls: usize,
@@ -384,6 +407,8 @@ pub fn run<W: Wire + 'static>(
     connect: impl Fn(u64) -> (W, Hello),
 ) -> Outcome {
     let started = Instant::now();
+    // The RSS peak of this run alone (Linux resets VmHWM to the current RSS on "5").
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
     let peak = Peak::start(heap);
     let (report, reports) = std::sync::mpsc::channel();
     let mut closers = Vec::new();
@@ -395,11 +420,16 @@ pub fn run<W: Wire + 'static>(
             std::thread::spawn(move || {
                 let mut attacker = Attacker::new(wire, hello);
                 report.send(attacker.attack(method, hello)).unwrap();
+                // Gone before holding: the reports end when every attacker reported or died.
+                drop(report);
                 attacker.hold();
             })
         })
         .collect();
-    let accepted: usize = reports.iter().take(connections).sum();
+    drop(report);
+    let accepted: Vec<usize> = reports.iter().take(connections).collect();
+    assert_eq!(accepted.len(), connections, "an attacker failed");
+    let accepted = accepted.into_iter().sum();
     let reserved = server.memory().used();
     assert_eq!(server.connections(), connections, "the attack holds");
     let client = rpc_core::Client::builder()

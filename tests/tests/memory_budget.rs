@@ -116,6 +116,14 @@ fn verbs_the_budget_holds_against_unfinished_4_mib_messages() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The server's warnings (a refused connection, a violation) say why an attacker failed.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
     for connections in [1, 4, 8] {
         let server = serve(&format!("{ip}:0"), TransportKind::Verbs);
         let addr: SocketAddr = server.local_addr().parse().unwrap();
