@@ -1728,11 +1728,11 @@ pub(crate) fn closed_status() -> Status {
 /// reservation).
 enum Span {
     InFrame(usize, usize),
-    Owned(Vec<u8>, Option<Reservation>),
+    Owned(Vec<u8>, Option<Box<Reservation>>),
 }
 
 impl Span {
-    fn of(frame: &[u8], body: std::borrow::Cow<'_, [u8]>, held: Option<Reservation>) -> Span {
+    fn of(frame: &[u8], body: std::borrow::Cow<'_, [u8]>, held: Option<Box<Reservation>>) -> Span {
         match body {
             std::borrow::Cow::Borrowed(b) => {
                 let offset = b.as_ptr() as usize - frame.as_ptr() as usize;
@@ -1756,7 +1756,7 @@ impl Span {
                     None => Err(out_of_memory(len)),
                 }
             }
-            Span::Owned(v, held) => Ok(Received::new(v, held)),
+            Span::Owned(v, held) => Ok(Received::new(v, held.map(|h| *h))),
         }
     }
 
@@ -1765,14 +1765,12 @@ impl Span {
             Span::InFrame(offset, len) => Payload {
                 data: PayloadData::Slot { buf, offset, len },
                 conn: conn.self_ref(),
-                held: None,
             },
             Span::Owned(v, held) => {
                 drop(buf);
                 Payload {
-                    data: PayloadData::Owned(v),
+                    data: PayloadData::Owned(v, held),
                     conn: None,
-                    held,
                 }
             }
         }
@@ -1800,8 +1798,6 @@ impl Conn {
 pub struct Payload {
     data: PayloadData,
     conn: Option<Arc<Conn>>,
-    /// Owned bytes held for the peer, counted against the connection's memory.
-    held: Option<Reservation>,
 }
 
 enum PayloadData {
@@ -1810,16 +1806,16 @@ enum PayloadData {
         offset: usize,
         len: usize,
     },
-    Owned(Vec<u8>),
+    /// Bytes of their own, counted against the connection's memory while held for the peer.
+    Owned(Vec<u8>, Option<Box<Reservation>>),
 }
 
 impl Payload {
     /// A body that was never in a receive slot (a message of the gRPC face).
     pub(crate) fn owned(bytes: Vec<u8>) -> Payload {
         Payload {
-            data: PayloadData::Owned(bytes),
+            data: PayloadData::Owned(bytes, None),
             conn: None,
-            held: None,
         }
     }
 
@@ -1828,7 +1824,7 @@ impl Payload {
     pub(crate) fn detach(mut self) -> Payload {
         if let PayloadData::Slot { buf, offset, len } = &self.data {
             let owned = buf[*offset..offset + len].to_vec();
-            self.data = PayloadData::Owned(owned);
+            self.data = PayloadData::Owned(owned, None);
             if let Some(conn) = self.conn.take() {
                 conn.slot_released();
             }
@@ -1847,7 +1843,9 @@ impl Payload {
         match held {
             Some(held) => {
                 let mut detached = self.detach();
-                detached.held = Some(held);
+                if let PayloadData::Owned(_, slot) = &mut detached.data {
+                    *slot = Some(Box::new(held));
+                }
                 Ok(detached)
             }
             None => Err(out_of_memory(self.len())),
@@ -1857,11 +1855,10 @@ impl Payload {
     /// The body as a stream item: reassembled bytes keep their reservation; a body still in
     /// its slot is copied (one request message of a call the server serves as a stream).
     pub(crate) fn into_received(mut self) -> Received {
-        let held = self.held.take();
-        match std::mem::replace(&mut self.data, PayloadData::Owned(Vec::new())) {
-            PayloadData::Owned(v) => Received::new(v, held),
+        match std::mem::replace(&mut self.data, PayloadData::Owned(Vec::new(), None)) {
+            PayloadData::Owned(v, held) => Received::new(v, held.map(|h| *h)),
             PayloadData::Slot { buf, offset, len } => {
-                Received::new(buf[offset..offset + len].to_vec(), held)
+                Received::new(buf[offset..offset + len].to_vec(), None)
             }
         }
     }
@@ -1872,7 +1869,7 @@ impl std::ops::Deref for Payload {
     fn deref(&self) -> &[u8] {
         match &self.data {
             PayloadData::Slot { buf, offset, len } => &buf[*offset..offset + len],
-            PayloadData::Owned(v) => v,
+            PayloadData::Owned(v, _) => v,
         }
     }
 }
@@ -1881,7 +1878,7 @@ impl Drop for Payload {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             // Re-post the slot first, then let its credit travel if enough are owed.
-            self.data = PayloadData::Owned(Vec::new());
+            self.data = PayloadData::Owned(Vec::new(), None);
             conn.slot_released();
         }
     }

@@ -171,23 +171,23 @@ impl Endpoint {
     }
 
     /// Reserves what a new link's connection holds from the endpoint's memory budget: its
-    /// rings (both directions) and its floor, with a share bounded by what its ring
+    /// rings (both directions), a record per call it may have open and its floor, with a share bounded by what its ring
     /// configuration lets a peer make it hold (PROTOCOL.md §15). `None`: the budget has no
     /// room for it, and the link is to be refused.
     pub(crate) fn admit(&self, link: &Arc<dyn Link>) -> Option<ConnectionMemory> {
         let local = link.local_hello();
-        let rings = 2 * local.slot_count as usize * local.slot_size as usize;
-        let per_call = local.call_window as usize
-            + local.max_message_size as usize
-            + 16
-            + 2 * local.max_metadata_size as usize
-            + CALL_RECORD;
         let calls = match self.role {
             Role::Server => local.max_calls,
             Role::Client => link.peer_hello().max_calls,
-        };
+        } as usize;
+        let fixed = 2 * local.slot_count as usize * local.slot_size as usize
+            + calls.saturating_mul(CALL_RECORD);
+        let per_call = local.call_window as usize
+            + local.max_message_size as usize
+            + 16
+            + 2 * local.max_metadata_size as usize;
         self.memory
-            .admit_with_share(rings, per_call.saturating_mul(calls as usize))
+            .admit_with_share(fixed, per_call.saturating_mul(calls))
     }
 
     /// The endpoint's memory budget.

@@ -77,8 +77,9 @@ pub enum Event<'f, C> {
         /// Client: the call's data, when `end` ended the call.
         ended: Option<C>,
         /// A reassembled body's bytes, reserved from the connection's memory (§15): keep it
-        /// as long as the body is held. `None` for a body borrowed from its frame.
-        held: Option<Reservation>,
+        /// as long as the body is held. `None` for a body borrowed from its frame (boxed: a
+        /// unary call's events stay small).
+        held: Option<Box<Reservation>>,
     },
     /// Server: the client half-closed (END without a message).
     HalfClosed {
@@ -251,8 +252,8 @@ struct Call<C, P> {
     window_queued: bool,
     cancel: Option<Code>,
     partial: Option<Partial>,
-    /// Server: the call's record and received metadata, reserved from the connection's
-    /// memory while the call is open.
+    /// The call's received metadata, reserved from the connection's memory while the call
+    /// is open (its record is part of the connection's admission: [`CALL_RECORD`]).
     held: Reservation,
 }
 
@@ -320,8 +321,9 @@ pub struct Connection<C, P> {
     memory: ConnectionMemory,
 }
 
-/// Bytes a server reserves for each call it opens (§15): the call's records in the core and
-/// the runtime, before any metadata or message.
+/// Bytes a side counts for each call it may have open (§15): the call's records in the core
+/// and the runtime, before any metadata or message. Part of a connection's admission
+/// (`max_calls` of them), so opening a call reserves nothing.
 pub const CALL_RECORD: usize = 1024;
 
 /// Bytes a MESSAGE costs against a call's window.
@@ -609,7 +611,7 @@ where
             return Ok(Event::None);
         };
         // Segments: one frame of a call at a time, in order, repeating the first's fields.
-        let whole: (Cow<'f, [u8]>, Option<Reservation>) = if h.is_first_segment() {
+        let whole: (Cow<'f, [u8]>, Option<Box<Reservation>>) = if h.is_first_segment() {
             if call.partial.is_some() {
                 return Err(violation(
                     Violation::SegmentRestart,
@@ -690,7 +692,7 @@ where
                 return Ok(Event::None);
             }
             let done = call.partial.take().expect("checked above");
-            (Cow::Owned(done.buf), Some(done.held))
+            (Cow::Owned(done.buf), Some(Box::new(done.held)))
         };
         self.complete_frame(h, whole)
     }
@@ -720,18 +722,10 @@ where
         }
         self.highest_call = h.call_id;
         self.counted_calls += 1;
-        let mut call = Call::new(None, self.peer.call_window, self.local.call_window);
-        let record = self.memory.reserve(CALL_RECORD);
-        let refused = record.is_none();
-        call.held = record.unwrap_or_default();
-        self.calls.insert(h.call_id, call);
-        if refused {
-            let status = Status::resource_exhausted(
-                "the server's memory for this connection is spent; no call can open now",
-            );
-            let _ = self.end_call(h.call_id, &status, &[]);
-            return Ok(());
-        }
+        self.calls.insert(
+            h.call_id,
+            Call::new(None, self.peer.call_window, self.local.call_window),
+        );
         if let Some(last) = self.goodbye_sent {
             if h.call_id > last {
                 // Not processed: the client may retry it elsewhere.
@@ -747,7 +741,7 @@ where
     fn complete_frame<'f>(
         &mut self,
         h: &Header,
-        (whole, mut held): (Cow<'f, [u8]>, Option<Reservation>),
+        (whole, mut held): (Cow<'f, [u8]>, Option<Box<Reservation>>),
     ) -> Result<Event<'f, C>, Error> {
         let call_id = h.call_id;
         if matches!(h.kind, Kind::Headers | Kind::End) {
@@ -758,7 +752,7 @@ where
             // Metadata stays with the call (its copy lives as long): charged to it.
             let kept = match held.take() {
                 Some(held) => {
-                    call.held.absorb(held);
+                    call.held.absorb(*held);
                     true
                 }
                 None => match self.memory.reserve(whole.len()) {

@@ -1455,8 +1455,8 @@ fn a_segmented_message_holds_its_declared_length_until_it_is_dropped() {
     assert_eq!(own(server.on_frame(&first).unwrap()), Ev::None);
     assert_eq!(
         budget.used(),
-        CALL_RECORD + 3000 + MESSAGE_OVERHEAD as usize,
-        "the call's record and the whole message, reserved at its first segment"
+        3000 + MESSAGE_OVERHEAD as usize,
+        "the whole message, reserved at its first segment"
     );
     server.released(1);
     // The rest, as credits come back.
@@ -1479,19 +1479,12 @@ fn a_segmented_message_holds_its_declared_length_until_it_is_dropped() {
     let held = held.unwrap();
     assert_eq!(held.bytes(), 3000 + MESSAGE_OVERHEAD as usize);
     drop(held);
-    assert_eq!(
-        budget.used(),
-        CALL_RECORD,
-        "the message is released with its body"
-    );
-    let reply = (Kind::Message, flags::END, 0, &[1][..]);
-    send(&mut down, &mut server, call, reply, 0, 0);
-    assert_eq!(budget.used(), 0, "the call's record goes with the call");
+    assert_eq!(budget.used(), 0, "the message is released with its body");
 }
 
 #[test]
 fn a_message_beyond_the_share_is_refused_and_costs_nothing() {
-    let (mut client, mut server, budget) = server_with_share(CALL_RECORD + 2000);
+    let (mut client, mut server, budget) = server_with_share(2000);
     let (mut up, mut down) = (Wire::default(), Wire::default());
     let call = client.open_call(1).unwrap();
     let body = vec![3u8; 3000];
@@ -1541,31 +1534,42 @@ fn a_message_beyond_the_share_is_refused_and_costs_nothing() {
 }
 
 #[test]
-fn a_server_whose_memory_is_spent_refuses_new_calls() {
-    let (mut client, mut server, _budget) = server_with_share(CALL_RECORD);
+fn metadata_beyond_the_share_is_refused_and_released_with_its_call() {
+    let (mut client, mut server, budget) = server_with_share(150);
     let (mut up, mut down) = (Wire::default(), Wire::default());
-    for user in [1, 2] {
+    let mut small = Vec::new();
+    metadata::push_entry(&mut small, "x-user", &[b'a'; 100]);
+    let mut large = Vec::new();
+    metadata::push_entry(&mut large, "x-user", &[b'a'; 200]);
+    for (user, block) in [(1, &small), (2, &large)] {
         let call = client.open_call(user).unwrap();
         send(
             &mut up,
             &mut client,
             call,
-            (Kind::Message, 0, 0, &[1; 10]),
+            (Kind::Headers, 0, 0, block),
             ADD,
             0,
         );
     }
     let delivered = up.deliver(&mut server);
-    assert!(matches!(
-        delivered[..],
-        [Ev::Message(1, Some(_), _, false, None)]
-    ));
+    assert!(
+        matches!(delivered[..], [Ev::Opened(1, ..)]),
+        "{delivered:?}"
+    );
+    assert_eq!(
+        budget.used(),
+        small.len(),
+        "the first call holds its metadata"
+    );
     down.flush(&mut server);
     let answers = down.deliver(&mut client);
     assert!(
         matches!(answers[..], [Ev::Ended(2, Code::ResourceExhausted, _, 2)]),
         "{answers:?}"
     );
+    send(&mut down, &mut server, 1, (Kind::End, 0, 0, &[]), 0, 0);
+    assert_eq!(budget.used(), 0, "released when the call ends");
 }
 
 #[test]
@@ -1595,7 +1599,7 @@ fn a_message_stalled_in_reassembly_is_dropped_on_the_virtual_clock() {
         server.expire_stalled(t(14.9), timeout).is_empty(),
         "9.9 s without progress"
     );
-    assert!(budget.used() > CALL_RECORD);
+    assert!(budget.used() > 0);
     // Opened but not delivered: nothing to report, the END goes to the client.
     assert!(server.expire_stalled(t(15.0), timeout).is_empty());
     assert_eq!(
