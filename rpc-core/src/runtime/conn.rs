@@ -830,7 +830,7 @@ impl Conn {
         let sent = owned.core.send(call, frame, 0, 0);
         match self.post_result(sent) {
             // Too large for the client: tell it.
-            Err(SendError::TooLarge(why)) => {
+            Err(SendError::TooLarge(why) | SendError::OutOfMemory(why)) => {
                 self.end_call(owned, call, &Status::resource_exhausted(why));
             }
             Ok(()) if !plain => {
@@ -864,7 +864,7 @@ impl Conn {
                     return None;
                 }
             }
-            Err(SendError::TooLarge(why)) => {
+            Err(SendError::TooLarge(why) | SendError::OutOfMemory(why)) => {
                 let status = Status::resource_exhausted(why);
                 match owned.core.role() {
                     Role::Server => self.end_call(owned, id, &status),
@@ -989,7 +989,9 @@ impl Conn {
             Err(e) => {
                 owned.core.cancel(id, Code::Cancelled);
                 let status = match e {
-                    SendError::TooLarge(why) => Status::resource_exhausted(why),
+                    SendError::TooLarge(why) | SendError::OutOfMemory(why) => {
+                        Status::resource_exhausted(why)
+                    }
                     other => Status::internal(format!("could not send the request: {other:?}")),
                 };
                 Some(caller.fail(status))
