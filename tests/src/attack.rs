@@ -50,6 +50,13 @@ impl TcpWire {
     }
 }
 
+impl TcpWire {
+    /// A wire over a stream whose HELLOs were already exchanged.
+    pub fn from_stream(stream: TcpStream) -> TcpWire {
+        TcpWire { stream }
+    }
+}
+
 impl Wire for TcpWire {
     fn send(&mut self, frame: &[u8]) {
         self.stream.write_all(frame).unwrap();

@@ -198,3 +198,60 @@ fn a_message_stalled_in_reassembly_is_dropped_after_the_default_timeout() {
     );
     server.shutdown();
 }
+
+/// The client side: a reply that stops arriving in the middle is dropped after the client's
+/// stall timeout, its call fails RESOURCE_EXHAUSTED, and the server is sent CANCEL (8). The
+/// server here is a raw peer that sends the first segment of a 1 MiB reply and no more.
+#[test]
+fn a_reply_stalled_in_reassembly_fails_its_call_at_the_client() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .write_all(&RingConfig::default().hello().to_frame())
+            .unwrap();
+        let mut hello = [0u8; rpc_core::protocol::HEADER_LEN + 32];
+        stream.read_exact(&mut hello).unwrap();
+        let wire = TcpWire::from_stream(stream.try_clone().unwrap());
+        let mut peer = Attacker::new(wire, rpc_core::protocol::Hello::from_frame(&hello).unwrap());
+        let request = loop {
+            let h = peer.read();
+            if h.kind == Kind::Message {
+                break h;
+            }
+        };
+        peer.send(
+            Header {
+                flags: flags::END,
+                call_id: request.call_id,
+                message_len: 1 << 20,
+                segment_len: 4096,
+                ..Header::new(Kind::Message)
+            },
+            &[0; 4096],
+        );
+        loop {
+            let h = peer.read();
+            if h.kind == Kind::Cancel {
+                return h;
+            }
+        }
+    });
+    let client = rpc_core::Client::builder()
+        .transport(TransportKind::Tcp)
+        .stall_timeout(Some(Duration::from_secs(1)))
+        .keepalive(None)
+        .connect(&addr)
+        .unwrap();
+    let client = rpc_tests::testing::torture_client::TortureClient::new(client);
+    let started = Instant::now();
+    let status = client
+        .echo(rpc_tests::scenarios::payload(1, 10))
+        .expect_err("the reply never completes");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let cancel = server.join().unwrap();
+    assert_eq!(cancel.code, Code::ResourceExhausted as u32);
+}
