@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use crate::primitive::{current, park, park_timeout, Mutex, Thread};
+use crate::park::{park, park_timeout};
+use crate::primitive::{current, Mutex, Thread};
 
 /// Who to wake.
 enum Waiter {

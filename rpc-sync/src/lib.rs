@@ -6,6 +6,8 @@
 //!   current thread holds, so [`assert_unlocked`] can check at every park, post and call into
 //!   user code that no runtime lock is held there (a lock held across a wait is how the client
 //!   hung in issue 7).
+//! - [`park`] and [`park_timeout`]: the thread parks of the runtime, each checked by
+//!   [`assert_unlocked`] first.
 //! - [`Oneshot`]: a reusable single-value slot where a completer leaves a call's outcome and
 //!   the waiting thread or task picks it up, without a lock.
 //! - [`Serializer`]: state worked on by one thread at a time, with work left for its owner
@@ -51,6 +53,7 @@ mod inbox;
 mod lockdep;
 mod locks;
 mod oneshot;
+mod park;
 mod serializer;
 mod task;
 mod work_queue;
@@ -63,6 +66,7 @@ pub use inbox::{Inbox, Pushed, Signal, Wake};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
+pub use park::{park, park_timeout};
 pub use serializer::Serializer;
 pub use task::{Runnable, Schedule, Task};
 pub use work_queue::WorkQueue;

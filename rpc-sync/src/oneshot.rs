@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use crate::primitive::{park, park_timeout, AtomicU8, Thread, UnsafeCell};
+use crate::park::{park, park_timeout};
+use crate::primitive::{AtomicU8, Thread, UnsafeCell};
 
 /// A waiter is registered in `waiter`.
 const WAITER: u8 = 0b001;

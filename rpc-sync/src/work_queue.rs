@@ -41,6 +41,8 @@ impl<T> WorkQueue<T> {
             if let Some(item) = items.pop_front() {
                 return item;
             }
+            // The queue's own lock is released by the wait; no runtime lock may be held.
+            crate::assert_unlocked("a park");
             items = self.ready.wait(items);
         }
     }

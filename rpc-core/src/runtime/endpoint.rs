@@ -527,7 +527,7 @@ impl Endpoint {
             let standing_back = self.standing_back.load(Ordering::Acquire);
             if standing_back || self.drivers.load(Ordering::Acquire) > 0 {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
-                std::thread::park_timeout(DEADLINE_TICK);
+                rpc_sync::park_timeout(DEADLINE_TICK);
                 let now = Instant::now();
                 if now >= next_tick {
                     self.expire(now);

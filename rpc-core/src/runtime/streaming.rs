@@ -385,7 +385,7 @@ fn block_on<F: Future>(future: F) -> F::Output {
         if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
             return out;
         }
-        std::thread::park();
+        rpc_sync::park();
     }
 }
 

@@ -239,6 +239,7 @@ impl CompletionQueue for ChannelCq {
             self.sleeping.store(false, Ordering::SeqCst);
             return;
         }
+        rpc_sync::assert_unlocked("waiting for completions");
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut notified = self.notified.lock();
         while !*notified {

@@ -509,6 +509,7 @@ impl CompletionQueue for VerbsCq {
     }
 
     fn wait(&self, timeout: Option<Duration>) {
+        rpc_sync::assert_unlocked("waiting for completions");
         let shared = &self.shared;
         if !shared.closed.is_empty() {
             return;
