@@ -1,5 +1,5 @@
 //! A scripted driver of the protocol core for fuzzing: `fuzz/fuzz_targets/core.rs` runs
-//! [`drive`] under libFuzzer (`make fuzz`), and `rpc-core/tests/fuzz_corpus.rs` replays the
+//! [`drive`] under libFuzzer (`make fuzz`), and this module's `corpus` tests replay the
 //! committed corpus through it in `make test`, so every input the fuzzer kept stays a
 //! regression test.
 //!
@@ -27,6 +27,9 @@
 //! CANCEL or the peer's closing of the call; WINDOW returns no more than was consumed), and
 //! that the core's send credits, [`Connection::wants_transmit`] and the calls' data (each
 //! given back exactly once) agree with that model.
+
+#[cfg(test)]
+mod corpus;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -8,6 +8,9 @@ pub mod memory;
 pub mod metadata;
 mod violation;
 
+/// The fuzz harness: only in this crate's tests (which replay the committed corpus) and
+/// under `cargo fuzz` (`--cfg fuzzing`, `make fuzz`); not part of the public API.
+#[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzz;
 

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rpc_core::protocol::v2::fuzz::{self, op, Reached, Script};
-use rpc_core::protocol::v2::Role;
+use crate::protocol::v2::fuzz::{self, op, Reached, Script};
+use crate::protocol::v2::Role;
 
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/core")
@@ -226,7 +226,7 @@ fn seeds_reach_their_states() {
     }
 }
 
-/// Writes the seeds into the corpus directory: `cargo test -p rpc-core --test fuzz_corpus --
+/// Writes the seeds into the corpus directory: `cargo test -p rpc-core --lib corpus --
 /// --ignored write_seeds`.
 #[test]
 #[ignore = "writes files: run by hand to reseed the corpus"]
