@@ -102,6 +102,15 @@ pub(crate) struct Owned {
     closed: bool,
 }
 
+impl Owned {
+    /// Drops what the runtime keeps of a call beside the core (a unary request waiting for
+    /// its half-close, a unary reply waiting for its END): the call ended.
+    fn forget(&mut self, call: u64) {
+        self.awaiting_message.remove(&call);
+        self.replies.remove(&call);
+    }
+}
+
 /// How a side finds out that its peer died silently (`docs/PROTOCOL.md` §13): after
 /// `interval` without a frame it sends a PING; after `interval + timeout` it gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1037,8 +1046,7 @@ impl Conn {
             .filter_map(|event| match event {
                 Event::Refused { call, status, user } => {
                     tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
-                    owned.awaiting_message.remove(&call);
-                    owned.replies.remove(&call);
+                    owned.forget(call);
                     call_ended(user, status)
                 }
                 _ => None,
@@ -1185,8 +1193,7 @@ impl Conn {
                 call, reason, user, ..
             } => {
                 drop(buf);
-                owned.awaiting_message.remove(&call);
-                owned.replies.remove(&call);
+                owned.forget(call);
                 let (code, message) = match (reason, owned.core.role()) {
                     (Code::Ok, Role::Client) => (Code::Cancelled, "the server cancelled the call"),
                     (code, Role::Client) => (code, "the server cancelled the call"),
@@ -1197,8 +1204,7 @@ impl Conn {
             }
             Event::Refused { call, status, user } => {
                 drop(buf);
-                owned.replies.remove(&call);
-                owned.awaiting_message.remove(&call);
+                owned.forget(call);
                 call_ended(user, status)
             }
             Event::Goodbye {
@@ -1419,8 +1425,7 @@ impl Conn {
     /// it with `status`, a client cancels it and fails it with `status`.
     fn refuse(&self, owned: &mut Owned, call: u64, status: Status) -> Option<Delivery> {
         tracing::debug!(peer = %self.peer, call, %status, "refusing a call");
-        owned.awaiting_message.remove(&call);
-        owned.replies.remove(&call);
+        owned.forget(call);
         let user = owned.core.refuse_call(call, status.clone())?;
         call_ended(user, status)
     }

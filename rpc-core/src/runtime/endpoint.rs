@@ -512,7 +512,7 @@ impl Endpoint {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
         // Keepalive looks 4 times per interval, stalled reassembly 4 times per timeout.
-        let keepalive_tick = [
+        let conn_tick_every = [
             self.keepalive.map(|k| k.interval / 4),
             self.stall_timeout
                 .map(|t| (t / 4).min(Duration::from_secs(1))),
@@ -521,7 +521,7 @@ impl Endpoint {
         .flatten()
         .min()
         .map(|t| t.max(Duration::from_millis(10)));
-        let mut next_keepalive = keepalive_tick.map(|t| last_work + t);
+        let mut next_conn_tick = conn_tick_every.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             let standing_back = self.standing_back.load(Ordering::Acquire);
@@ -534,7 +534,7 @@ impl Endpoint {
                     next_tick = now + DEADLINE_TICK;
                 }
                 // A caller may drive for long (a window of calls kept full): pings still go.
-                self.send_keepalives(now, &mut next_keepalive, keepalive_tick);
+                self.send_conn_ticks(now, &mut next_conn_tick, conn_tick_every);
                 if standing_back && self.drivers.load(Ordering::Acquire) == 0 {
                     // What came while the reader was busy with its messages; a reader that
                     // did not wait for one during a whole tick is not polling any more.
@@ -564,7 +564,7 @@ impl Endpoint {
                 self.expire(now);
                 next_tick = now + DEADLINE_TICK;
             }
-            self.send_keepalives(now, &mut next_keepalive, keepalive_tick);
+            self.send_conn_ticks(now, &mut next_conn_tick, conn_tick_every);
             if n > 0 {
                 continue;
             }
@@ -581,7 +581,7 @@ impl Endpoint {
                 Role::Server if self.conns().iter().any(|c| c.deadlines_pending()) => {
                     SERVER_DEADLINE_TICK
                 }
-                Role::Server => keepalive_tick.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
+                Role::Server => conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
             };
             self.cq.wait(Some(sleep));
         }
@@ -589,7 +589,7 @@ impl Endpoint {
 
     /// Has every connection check its keepalive and its stalled reassembly when the next
     /// check is due.
-    fn send_keepalives(&self, now: Instant, next: &mut Option<Instant>, tick: Option<Duration>) {
+    fn send_conn_ticks(&self, now: Instant, next: &mut Option<Instant>, tick: Option<Duration>) {
         if let (Some(at), Some(tick)) = (*next, tick) {
             if now >= at {
                 for conn in self.conns().iter() {
