@@ -156,7 +156,7 @@ bench: setup
 	  VM_TIMEOUT=$(BENCH_VM_TIMEOUT) scripts/bench
 
 # The fuzzer of frame decoding and the connection core (fuzz/, cargo-fuzz; the script it runs is
-# rpc-core/src/protocol/v2/fuzz.rs). RUSTC_BOOTSTRAP=1 lets the stable toolchain take the
+# rpc-proto/src/fuzz.rs). RUSTC_BOOTSTRAP=1 lets the stable toolchain take the
 # nightly flags cargo-fuzz passes. No sanitizer (the core is safe Rust, and it halves the
 # executions), but debug assertions, so overflows panic. New inputs go to $(FUZZ_DIR)/corpus
 # (the committed fuzz/corpus/core seeds it), crashes to $(FUZZ_DIR)/artifacts; to keep new

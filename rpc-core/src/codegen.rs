@@ -11,7 +11,7 @@ pub use crate::request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Req
 pub use crate::runtime::client::{Client, ResponseFuture, StreamingCall};
 pub use crate::runtime::server::{IncomingRequest, ReplySink};
 pub use crate::runtime::streaming::Streaming;
-pub use crate::status::{Code, Status};
+pub use crate::{Code, Status};
 pub use crate::{Error, MetadataMap};
 pub use futures_core::Stream;
 pub use prost;

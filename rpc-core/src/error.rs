@@ -32,7 +32,7 @@ pub enum Error {
     #[error("protocol violation `{violation}`: {detail}")]
     Protocol {
         /// The rule.
-        violation: crate::protocol::v2::Violation,
+        violation: rpc_proto::Violation,
         /// What exactly happened.
         detail: String,
     },
@@ -78,6 +78,19 @@ pub enum Error {
         /// The failure, with the OS or verbs status string.
         reason: String,
     },
+}
+
+impl From<rpc_proto::Error> for Error {
+    /// The protocol core's errors keep their variants here, so code matching on
+    /// [`Error::Protocol`] sees the same error whichever layer detected it.
+    fn from(err: rpc_proto::Error) -> Error {
+        match err {
+            rpc_proto::Error::UnsupportedVersion(v) => Error::UnsupportedVersion(v),
+            rpc_proto::Error::Protocol { violation, detail } => {
+                Error::Protocol { violation, detail }
+            }
+        }
+    }
 }
 
 impl From<Error> for crate::Status {

@@ -106,6 +106,7 @@ pub use error::Error;
 pub use interceptor::Interceptor;
 pub use metadata::MetadataMap;
 pub use request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response};
+pub use rpc_proto::Code;
 pub use runtime::client::{
     Client, ClientBuilder, ResponseFuture, StreamingCall, DEFAULT_CONNECT_TIMEOUT,
 };
@@ -117,7 +118,7 @@ pub use runtime::transport_select::TransportKind;
 pub use runtime::wakeups_issued;
 pub use runtime::Stats;
 pub use runtime::{default_memory_budget, DEFAULT_STALL_TIMEOUT};
-pub use status::{Code, Status};
+pub use status::Status;
 pub use transport::RingConfig;
 
 /// Includes the code `rpc-codegen` generated for a protobuf package (from `OUT_DIR`).

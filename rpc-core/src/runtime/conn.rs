@@ -1047,7 +1047,7 @@ impl Conn {
                 Event::Refused { call, status, user } => {
                     tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
                     owned.forget(call);
-                    call_ended(user, status)
+                    call_ended(user, status.into())
                 }
                 _ => None,
             })
@@ -1205,7 +1205,7 @@ impl Conn {
             Event::Refused { call, status, user } => {
                 drop(buf);
                 owned.forget(call);
-                call_ended(user, status)
+                call_ended(user, status.into())
             }
             Event::Goodbye {
                 last_call,
@@ -1426,7 +1426,7 @@ impl Conn {
     fn refuse(&self, owned: &mut Owned, call: u64, status: Status) -> Option<Delivery> {
         tracing::debug!(peer = %self.peer, call, %status, "refusing a call");
         owned.forget(call);
-        let user = owned.core.refuse_call(call, status.clone())?;
+        let user = owned.core.refuse_call(call, status.as_ref().clone())?;
         call_ended(user, status)
     }
 

@@ -214,7 +214,7 @@ fn peer_hello(private_data: &[u8]) -> Result<Hello, Error> {
             private_data.len()
         )));
     }
-    Hello::decode(&private_data[..HELLO_LEN])
+    Ok(Hello::decode(&private_data[..HELLO_LEN])?)
 }
 
 /// Why one connection attempt failed.

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::protocol::v2::fuzz::{self, op, Reached, Script};
-use crate::protocol::v2::Role;
+use crate::fuzz::{self, op, Reached, Script};
+use crate::Role;
 
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/core")
@@ -195,7 +195,7 @@ fn seeds() -> Vec<Seed> {
 
 /// A HELLO frame as a peer opening a TCP connection sends it.
 fn hello_frame() -> Vec<u8> {
-    let hello = rpc_core::protocol::v2::Hello {
+    let hello = crate::Hello {
         slot_count: 8,
         slot_size: 256,
         max_message_size: 4096,

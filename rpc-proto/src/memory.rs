@@ -18,7 +18,7 @@
 //! A [`Reservation`] gives its bytes back when dropped.
 //!
 //! ```
-//! use rpc_core::protocol::v2::memory::MemoryBudget;
+//! use rpc_proto::MemoryBudget;
 //!
 //! let budget = MemoryBudget::new(64 << 20);          // 64 MiB for the whole server
 //! let conn = budget.admit(1 << 20).expect("fits");   // 1 MiB of rings, plus the floor

@@ -33,13 +33,13 @@ mod corpus;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::conn::{status_block, Connection, Event, Outgoing, Payload, Role};
-use super::frame::{
+use crate::conn::{status_block, Connection, Event, Outgoing, Payload, Role};
+use crate::frame::{
     flags, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD, MIN_MESSAGE_SIZE,
     MIN_METADATA_SIZE, MIN_SLOT_COUNT, MIN_SLOT_SIZE,
 };
-use super::metadata;
-use crate::{Code, Status};
+use crate::metadata;
+use crate::{Code, WireStatus};
 
 /// Most operations one input runs (a longer script is cut here).
 pub const MAX_OPS: usize = 1000;
@@ -47,7 +47,7 @@ pub const MAX_OPS: usize = 1000;
 const MAX_DRAIN: usize = 64;
 /// Most synthesized frames whose later segments are still to be fed.
 const MAX_PENDING: usize = 4;
-/// Whether scripts may send an END frame with the END flag. [`Connection::send`](super::Connection::send) passes the
+/// Whether scripts may send an END frame with the END flag. [`Connection::send`](crate::Connection::send) passes the
 /// flag through into the header, a frame the peer must refuse (`bad-flags`), where it should
 /// refuse the frame as it does END on HEADERS; set once it does.
 const END_FLAG_ON_END: bool = false;
@@ -81,11 +81,11 @@ pub mod op {
     pub const SEND_MESSAGE: u8 = 7;
     /// `call, flags, method, timeout`, a block: sends HEADERS (flags as for MESSAGE).
     pub const SEND_HEADERS: u8 = 8;
-    /// `call, flags, code`, a block: sends END through [`Connection::send`](super::Connection::send) (flags as for
+    /// `call, flags, code`, a block: sends END through [`Connection::send`](crate::Connection::send) (flags as for
     /// MESSAGE).
     pub const SEND_END: u8 = 9;
     /// `call, code, message_len: u16, chars, details, trailers`: a server's
-    /// [`Connection::end_call`](super::Connection::end_call).
+    /// [`Connection::end_call`](crate::Connection::end_call).
     pub const END_CALL: u8 = 10;
     /// `call, reason`: cancels a call.
     pub const CANCEL: u8 = 11;
@@ -93,7 +93,7 @@ pub mod op {
     pub const PING: u8 = 12;
     /// (none): queues a GOODBYE.
     pub const GOODBYE: u8 = 13;
-    /// `failures`: takes frames out of [`Connection::poll_transmit`](super::Connection::poll_transmit); bit `i % 8` of
+    /// `failures`: takes frames out of [`Connection::poll_transmit`](crate::Connection::poll_transmit); bit `i % 8` of
     /// `failures` makes the `i`th allocation fail.
     pub const POLL: u8 = 14;
     /// `len: u16`, then `len % 512` bytes: given to the stand-alone decoders.
@@ -969,7 +969,7 @@ impl Driver {
             ("x-long", &long),
         ];
         let trailers = &all[..usize::from(input.byte() % 4)];
-        let status = Status::new(code, message).with_details(details);
+        let status = WireStatus::new(code, message).with_details(details);
         let Ok(out) = self.core.end_call(call, &status, trailers) else {
             return;
         };

@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use foldhash::{HashMap, HashMapExt};
 
-use super::frame::{
+use crate::frame::{
     flags, violation, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD,
 };
-use super::memory::{ConnectionMemory, Reservation};
-use super::metadata;
-use super::Violation;
-use crate::{Code, Error, Status};
+use crate::memory::{ConnectionMemory, Reservation};
+use crate::metadata;
+use crate::Violation;
+use crate::{Code, Error, WireStatus};
 
 /// Which end of the connection this is: clients open calls, servers answer them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub enum Event<'f, C> {
         /// The call.
         call: u64,
         /// Why.
-        status: Status,
+        status: WireStatus,
         /// The call's data.
         user: C,
     },
@@ -641,11 +641,14 @@ where
                     _ => h.message_len as usize,
                 };
                 let Some(held) = self.memory.reserve(cost) else {
-                    let status = Status::resource_exhausted(format!(
-                        "{} of {} bytes does not fit in the memory left for this connection",
-                        h.kind.name(),
-                        h.message_len
-                    ));
+                    let status = WireStatus::new(
+                        Code::ResourceExhausted,
+                        format!(
+                            "{} of {} bytes does not fit in the memory left for this connection",
+                            h.kind.name(),
+                            h.message_len
+                        ),
+                    );
                     return Ok(self.refuse(h.call_id, status));
                 };
                 call.partial = Some(Partial {
@@ -729,7 +732,8 @@ where
         if let Some(last) = self.goodbye_sent {
             if h.call_id > last {
                 // Not processed: the client may retry it elsewhere.
-                let status = Status::unavailable("the server is going away (GOODBYE sent)");
+                let status =
+                    WireStatus::new(Code::Unavailable, "the server is going away (GOODBYE sent)");
                 let _ = self.end_call(h.call_id, &status, &[]);
                 return Ok(());
             }
@@ -764,10 +768,13 @@ where
                 },
             };
             if !kept {
-                let status = Status::resource_exhausted(format!(
-                    "metadata of {} bytes does not fit in the memory left for this connection",
-                    whole.len()
-                ));
+                let status = WireStatus::new(
+                    Code::ResourceExhausted,
+                    format!(
+                        "metadata of {} bytes does not fit in the memory left for this connection",
+                        whole.len()
+                    ),
+                );
                 return Ok(self.refuse(call_id, status));
             }
         }
@@ -827,7 +834,7 @@ where
 
     /// Gives up a call the peer overloaded: a server answers END with `status`, a client
     /// cancels.
-    fn refuse<'f>(&mut self, call: u64, status: Status) -> Event<'f, C> {
+    fn refuse<'f>(&mut self, call: u64, status: WireStatus) -> Event<'f, C> {
         let user = match self.role {
             Role::Server => {
                 let user = self.calls.get_mut(&call).and_then(|c| c.user.take());
@@ -846,7 +853,7 @@ where
     /// Gives up a call whose data this side cannot hold (a message it would have to copy out
     /// beyond its memory, §15), as for a message above its limits: a server queues END with
     /// `status`, a client a CANCEL with its code. Returns the call's data, if it was open.
-    pub fn refuse_call(&mut self, call: u64, status: Status) -> Option<C> {
+    pub fn refuse_call(&mut self, call: u64, status: WireStatus) -> Option<C> {
         match self.refuse(call, status) {
             Event::Refused { user, .. } => Some(user),
             _ => None,
@@ -877,7 +884,7 @@ where
         stalled
             .into_iter()
             .filter_map(|(id, kind, received, len)| {
-                let status = Status::resource_exhausted(format!(
+                let status = WireStatus::new(Code::ResourceExhausted, format!(
                     "{} stalled in reassembly at {received} of {len} bytes for {timeout:?}; dropped",
                     kind.name()
                 ));
@@ -1136,9 +1143,10 @@ where
     pub fn end_call(
         &mut self,
         call: u64,
-        status: &Status,
+        status: &(impl AsRef<WireStatus> + ?Sized),
         trailers: &[(&str, &[u8])],
     ) -> Result<Option<(P, usize)>, SendError> {
+        let status = status.as_ref();
         if self.role != Role::Server {
             return Err(SendError::Invalid("only servers end calls with a status"));
         }
@@ -1454,7 +1462,7 @@ fn check_call_order<C, P>(role: Role, call: &Call<C, P>, h: &Header) -> Result<(
 
 /// A frame above this side's limits: the call fails with RESOURCE_EXHAUSTED (not a
 /// violation).
-fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<Status> {
+fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<WireStatus> {
     let (limit, what) = match h.kind {
         Kind::Message => (local.max_message_size, "message"),
         _ => (local.max_metadata_size, "metadata block"),
@@ -1466,15 +1474,24 @@ fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<Status> {
         Role::Server => "server",
         Role::Client => "client",
     };
-    Some(Status::resource_exhausted(format!(
-        "{what} of {} bytes exceeds the {side}'s limit of {limit} bytes",
-        h.message_len
-    )))
+    Some(WireStatus::new(
+        Code::ResourceExhausted,
+        format!(
+            "{what} of {} bytes exceeds the {side}'s limit of {limit} bytes",
+            h.message_len
+        ),
+    ))
 }
 
 /// The END block for `status`: `grpc-message` (cut to fit), `grpc-status-details-bin`, then
-/// `trailers`, each only if the block stays within `limit` bytes.
-pub fn status_block(status: &Status, trailers: &[(&str, &[u8])], limit: usize) -> Vec<u8> {
+/// `trailers`, each only if the block stays within `limit` bytes. `status` is a [`WireStatus`]
+/// or anything that holds one (the runtime's user-facing status).
+pub fn status_block(
+    status: &(impl AsRef<WireStatus> + ?Sized),
+    trailers: &[(&str, &[u8])],
+    limit: usize,
+) -> Vec<u8> {
+    let status = status.as_ref();
     let mut block = Vec::new();
     if !status.message().is_empty() {
         let mut text = metadata::percent_encode(status.message());

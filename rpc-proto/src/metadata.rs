@@ -2,9 +2,9 @@
 //! sequence of entries, each `u16 name_len, name, u32 value_len, value` (little-endian), with
 //! no padding and no count; an empty block has no entries.
 
-use super::frame::violation;
-use super::Violation;
+use crate::frame::violation;
 use crate::Error;
+use crate::Violation;
 
 /// The status message of a server's END (percent-encoded as gRPC does).
 pub const GRPC_MESSAGE: &str = "grpc-message";

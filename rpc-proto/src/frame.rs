@@ -2,8 +2,8 @@
 //! need nothing but the frame itself (`docs/PROTOCOL.md` §3–4). Every frame is a 40-byte
 //! little-endian header followed by `segment_len` payload bytes.
 
-use super::Violation;
 use crate::Error;
+use crate::Violation;
 
 /// Size of the fixed frame header in bytes.
 pub const HEADER_LEN: usize = 40;

@@ -2,7 +2,7 @@
 //! row of the violation table, each named after its row.
 
 use super::*;
-use crate::protocol::v2::MemoryBudget;
+use crate::MemoryBudget;
 
 type Core = Connection<u32, Vec<u8>>;
 
@@ -242,7 +242,7 @@ fn a_call_with_metadata_streams_and_trailers() {
         0,
         0,
     );
-    let status = Status::not_found("no such key: 100%").with_details(vec![1, 2, 3]);
+    let status = WireStatus::new(Code::NotFound, "no such key: 100%").with_details(vec![1, 2, 3]);
     if let Some(f) = server
         .end_call(call, &status, &[("x-trailer", b"t")])
         .unwrap()
@@ -530,7 +530,7 @@ fn at_capacity_the_client_opens_no_more() {
 fn status_blocks_fit_the_limit() {
     let long = "é".repeat(2000);
     let b = status_block(
-        &Status::internal(long).with_details(vec![0; 2000]),
+        &WireStatus::new(Code::Internal, long).with_details(vec![0; 2000]),
         &[],
         1024,
     );
@@ -1066,7 +1066,8 @@ impl Side {
         };
         let ends = kind == Kind::End || fl & flags::END != 0;
         let result = if kind == Kind::End && !up {
-            self.core.end_call(call, &Status::new(Code::Ok, ""), &[])
+            self.core
+                .end_call(call, &WireStatus::new(Code::Ok, ""), &[])
         } else {
             let o = out(&self.core, kind, fl, 0, &payload);
             self.core.send(call, o, 5, 0)
