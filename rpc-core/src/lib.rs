@@ -107,10 +107,10 @@ pub use interceptor::Interceptor;
 pub use metadata::MetadataMap;
 pub use request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response};
 pub use rpc_proto::Code;
+pub use rpc_proto::Keepalive;
 pub use runtime::client::{
     Client, ClientBuilder, ResponseFuture, StreamingCall, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use runtime::conn::Keepalive;
 pub use runtime::server::{Execution, IncomingRequest, ReplySink, Server, ServerBuilder};
 pub use runtime::streaming::{BlockingIter, Streaming};
 pub use runtime::transport_select::TransportKind;

@@ -17,7 +17,7 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -28,6 +28,9 @@ use crate::memory::{ConnectionMemory, Reservation};
 use crate::metadata;
 use crate::Violation;
 use crate::{Code, Error, WireStatus};
+
+mod timers;
+pub use timers::{Expiry, Keepalive};
 
 /// Which end of the connection this is: clients open calls, servers answer them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +216,7 @@ struct Partial {
     buf: Vec<u8>,
     /// The whole logical frame's bytes, reserved at its first segment.
     held: Reservation,
-    /// What [`Connection::expire_stalled`] saw last: the bytes received then, and since
+    /// What [`Connection::handle_timeout`] saw last: the bytes received then, and since
     /// when that figure has not changed.
     seen: Option<(u32, Instant)>,
 }
@@ -251,6 +254,8 @@ struct Call<C, P> {
     window_owed: u32,
     window_queued: bool,
     cancel: Option<Code>,
+    /// When the call ends with DEADLINE_EXCEEDED (see [`Connection::set_deadline`]).
+    deadline: Option<Instant>,
     partial: Option<Partial>,
     /// The call's received metadata, reserved from the connection's memory while the call
     /// is open (its record is part of the connection's admission: [`CALL_RECORD`]).
@@ -276,6 +281,7 @@ impl<C, P> Call<C, P> {
             window_owed: 0,
             window_queued: false,
             cancel: None,
+            deadline: None,
             partial: None,
             held: Reservation::default(),
         }
@@ -319,6 +325,8 @@ pub struct Connection<C, P> {
     goodbye_received: Option<u64>,
     /// What the peer makes this side hold, counted against the budget (§15).
     memory: ConnectionMemory,
+    /// Deadlines, keepalive, stalled reassembly.
+    timers: timers::Timers,
 }
 
 /// Bytes a side counts for each call it may have open (§15): the call's records in the core
@@ -358,6 +366,7 @@ where
             goodbye_sent: None,
             goodbye_received: None,
             memory: ConnectionMemory::unlimited(),
+            timers: timers::Timers::default(),
         }
     }
 
@@ -446,6 +455,7 @@ where
     /// Processes one received frame (header and payload, exactly as it arrived). An error is
     /// a protocol violation: the caller closes the connection.
     pub fn on_frame<'f>(&mut self, frame: &'f [u8]) -> Result<Event<'f, C>, Error> {
+        self.timers.frames_received += 1;
         let h = Header::decode(frame)?;
         let needed = HEADER_LEN + h.segment_len as usize;
         if frame.len() != needed {
@@ -858,42 +868,6 @@ where
             Event::Refused { user, .. } => Some(user),
             _ => None,
         }
-    }
-
-    /// Drops every logical frame in reassembly that made no progress for `timeout` (§15): its
-    /// bytes are released and its call refused with RESOURCE_EXHAUSTED (a server's END, a
-    /// client's CANCEL), as [`Event::Refused`] for the calls whose data was set. A frame is
-    /// seen stalled from the first call that finds it unchanged, so with calls every `tick`
-    /// it goes after between `timeout` and `timeout + tick` without progress.
-    pub fn expire_stalled(&mut self, now: Instant, timeout: Duration) -> Vec<Event<'static, C>> {
-        let mut stalled = Vec::new();
-        for (&id, call) in self.calls.iter_mut() {
-            let Some(p) = call.partial.as_mut() else {
-                continue;
-            };
-            match p.seen {
-                Some((received, since)) if received == p.received => {
-                    if now.saturating_duration_since(since) >= timeout {
-                        stalled.push((id, p.first.kind, p.received, p.first.message_len));
-                    }
-                }
-                _ => p.seen = Some((p.received, now)),
-            }
-        }
-        stalled.sort_unstable_by_key(|s| s.0);
-        stalled
-            .into_iter()
-            .filter_map(|(id, kind, received, len)| {
-                let status = WireStatus::new(Code::ResourceExhausted, format!(
-                    "{} stalled in reassembly at {received} of {len} bytes for {timeout:?}; dropped",
-                    kind.name()
-                ));
-                match self.refuse(id, status) {
-                    Event::None => None,
-                    refused => Some(refused),
-                }
-            })
-            .collect()
     }
 
     /// Marks a call closed on this side; returns its data. Counting: a server stops counting
@@ -1398,6 +1372,7 @@ where
             .collect();
         calls.sort_by_key(|(id, _)| *id);
         self.counted_calls = 0;
+        self.timers.forget_calls();
         calls
     }
 }
@@ -1517,4 +1492,4 @@ pub fn status_block(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -55,6 +55,8 @@ mod error;
 pub mod frame;
 pub mod memory;
 pub mod metadata;
+#[cfg(test)]
+mod pair;
 mod status;
 mod violation;
 
@@ -65,7 +67,10 @@ mod violation;
 pub mod fuzz;
 
 pub use code::Code;
-pub use conn::{status_block, Connection, Event, Outgoing, Payload, Role, SendError, CALL_RECORD};
+pub use conn::{
+    status_block, Connection, Event, Expiry, Keepalive, Outgoing, Payload, Role, SendError,
+    CALL_RECORD,
+};
 pub use error::Error;
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};
 pub use memory::{ConnectionMemory, MemoryBudget, Reservation};

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{assert_unlocked, Mutex, Oneshot, RwLock};
 
-use super::conn::{Caller, Conn, Keepalive, OpenCall, Reply, Work, UNARY};
+use super::conn::{Caller, Conn, OpenCall, Reply, Work, UNARY};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::client::{ClientTls, GrpcChannel};
 use super::port::Port;
@@ -24,6 +24,7 @@ use super::{Counters, Stats};
 use crate::codegen::MethodDescriptor;
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{Kind, MemoryBudget, Role};
+use crate::protocol::Keepalive;
 use crate::transport::RingConfig;
 use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 

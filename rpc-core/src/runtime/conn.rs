@@ -8,8 +8,6 @@
 //! call) → protocol core (reply) → post.
 
 use std::cell::{Cell, RefCell};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,8 +21,8 @@ use super::Counters;
 
 use crate::codegen::MethodKind;
 use crate::protocol::v2::{
-    flags, metadata, Connection, ConnectionMemory, Event, Hello, Kind, Outgoing, Payload as Body,
-    Reservation, Role, SendError, HEADER_LEN,
+    flags, metadata, Connection, ConnectionMemory, Event, Expiry, Hello, Keepalive, Kind, Outgoing,
+    Payload as Body, Reservation, Role, SendError, HEADER_LEN,
 };
 use crate::transport::{Link, RecvBuf, SendBuf};
 use crate::{Code, MetadataMap, Status};
@@ -84,21 +82,10 @@ pub(crate) struct Owned {
     /// Streams whose last message is queued in the core: their sender waits until it left.
     /// Bounded by `max_calls`.
     blocked: Vec<Arc<StreamShared>>,
-    /// Call deadlines, earliest first (stale entries are skipped when popped): a client's
-    /// calls, or a server's (PROTOCOL.md §12.2: at expiry it ends the call with
-    /// DEADLINE_EXCEEDED). At most `64 + 2 × max_calls` entries (see `track_deadline`).
-    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
     /// (as gRPC queues streams beyond MAX_CONCURRENT_STREAMS). Bounded by what the
     /// application has started and not given up.
     waiting: std::collections::VecDeque<OpenCall>,
-    /// Frames received so far, and the count at the last keepalive check.
-    frames_received: u64,
-    frames_seen: u64,
-    /// When the last keepalive check saw a new frame (or the connection started).
-    last_alive: Instant,
-    /// A keepalive PING went out since then.
-    pinged: bool,
     closed: bool,
 }
 
@@ -108,26 +95,6 @@ impl Owned {
     fn forget(&mut self, call: u64) {
         self.awaiting_message.remove(&call);
         self.replies.remove(&call);
-    }
-}
-
-/// How a side finds out that its peer died silently (`docs/PROTOCOL.md` §13): after
-/// `interval` without a frame it sends a PING; after `interval + timeout` it gives up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    /// Silence before a PING.
-    pub interval: Duration,
-    /// Further silence before the connection is declared dead.
-    pub timeout: Duration,
-}
-
-impl Default for Keepalive {
-    /// 1 s and 4 s: a silent peer is detected within 5 s.
-    fn default() -> Self {
-        Keepalive {
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(4),
-        }
     }
 }
 
@@ -240,15 +207,9 @@ pub(crate) enum Work {
     },
     /// Server: a unary handler's task awaits; cancel it if the call is.
     Attach { call: u64, task: Arc<dyn Cancel> },
-    /// Client: fail the calls whose deadline passed by `now`.
-    Expire(Instant),
-    /// The periodic look at the connection: is the peer alive (PING it, or give up on it),
-    /// and has a message stalled in reassembly (drop it)?
-    Tick {
-        now: Instant,
-        keepalive: Option<Keepalive>,
-        stall_timeout: Option<Duration>,
-    },
+    /// The time is `now`: end the calls whose deadline passed, look at the peer's liveness
+    /// (PING it, or give up on it) and at messages stalled in reassembly (drop them).
+    Timeout(Instant),
     /// Send what credits and send slots now allow (slots re-posted, sends completed).
     Flush,
     /// Server: GOODBYE.
@@ -515,11 +476,15 @@ impl Conn {
         dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
         memory: ConnectionMemory,
+        keepalive: Option<Keepalive>,
+        stall_timeout: Option<Duration>,
     ) -> Arc<Conn> {
         let local = link.local_hello();
         let peer = link.peer_hello();
         let mut core = Connection::new(role, local, peer, link.send_slot_size());
         core.set_memory(memory);
+        core.set_keepalive(keepalive);
+        core.set_stall_timeout(stall_timeout);
         Arc::new_cyclic(|me| Conn {
             me: me.clone(),
             peer: link.peer_name().into(),
@@ -536,12 +501,7 @@ impl Conn {
                 awaiting_message: HashMap::new(),
                 replies: HashMap::new(),
                 blocked: Vec::new(),
-                deadlines: BinaryHeap::new(),
                 waiting: std::collections::VecDeque::new(),
-                frames_received: 0,
-                frames_seen: 0,
-                last_alive: Instant::now(),
-                pinged: false,
                 closed: false,
             }),
             dispatch,
@@ -725,25 +685,7 @@ impl Conn {
                     Some(Delivery::CancelTask(task))
                 }
             }
-            Work::Expire(now) => match owned.core.role() {
-                Role::Client => expire(owned, now),
-                Role::Server => self.expire_served(owned, now),
-            },
-            Work::Tick {
-                now,
-                keepalive,
-                stall_timeout,
-            } => {
-                let stalled = match stall_timeout {
-                    Some(timeout) => self.expire_stalled(owned, now, timeout),
-                    None => None,
-                };
-                let dead = keepalive.and_then(|k| self.keepalive(owned, now, k));
-                match (stalled, dead) {
-                    (Some(a), Some(b)) => Some(Delivery::Batch(vec![a, b])),
-                    (a, b) => a.or(b),
-                }
-            }
+            Work::Timeout(now) => self.on_timeout(owned, now),
             Work::Flush => None,
             Work::Goodbye => {
                 owned.core.goodbye();
@@ -976,7 +918,7 @@ impl Conn {
         } = call;
         caller.set_id(id);
         if let Some(d) = deadline {
-            track_deadline(owned, id, d);
+            owned.core.set_deadline(id, d);
         }
         let mut sent = Ok(());
         if let Some(block) = headers {
@@ -1008,57 +950,48 @@ impl Conn {
         }
     }
 
-    /// Any frame shows the peer alive; silence past the interval gets a PING, past the
-    /// timeout closes the connection.
-    fn keepalive(&self, owned: &mut Owned, now: Instant, keepalive: Keepalive) -> Option<Delivery> {
-        if owned.frames_received != owned.frames_seen {
-            owned.frames_seen = owned.frames_received;
-            owned.last_alive = now;
-            owned.pinged = false;
-            return None;
-        }
-        let silent = now.saturating_duration_since(owned.last_alive);
-        if silent >= keepalive.interval + keepalive.timeout {
-            tracing::warn!(peer = %self.peer, ?silent, "keepalive: the peer went silent; closing");
-            self.close();
-            let reason = format!("keepalive: no frame from the peer for {silent:?}");
-            return Some(self.fail_all(owned, &reason));
-        }
-        if silent >= keepalive.interval && !owned.pinged {
-            owned.pinged = true;
-            owned.core.ping(owned.frames_received);
-        }
-        None
-    }
-
-    /// Drops messages stalled in reassembly for `timeout` (PROTOCOL.md §15): their calls are
-    /// refused with RESOURCE_EXHAUSTED and their bytes released.
-    fn expire_stalled(
-        &self,
-        owned: &mut Owned,
-        now: Instant,
-        timeout: Duration,
-    ) -> Option<Delivery> {
-        let failed: Vec<Delivery> = owned
-            .core
-            .expire_stalled(now, timeout)
-            .into_iter()
-            .filter_map(|event| match event {
-                Event::Refused { call, status, user } => {
+    /// What the core's timers did by `now` (PROTOCOL.md §12.2, §13, §15.2), told to the
+    /// calls' callers and handlers; calls still waiting to be opened fail at their deadline
+    /// here.
+    fn on_timeout(&self, owned: &mut Owned, now: Instant) -> Option<Delivery> {
+        let mut ended = expire_waiting(owned, now);
+        for expiry in owned.core.handle_timeout(now) {
+            match expiry {
+                Expiry::Deadline { call, user } => {
+                    owned.forget(call);
+                    let status = match owned.core.role() {
+                        Role::Client => {
+                            Status::deadline_exceeded("no response within the deadline")
+                        }
+                        Role::Server => {
+                            Status::deadline_exceeded("the deadline passed at the server")
+                        }
+                    };
+                    ended.extend(user.and_then(|user| call_ended(user, status)));
+                }
+                Expiry::Stalled { call, status, user } => {
                     tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
                     owned.forget(call);
-                    call_ended(user, status.into())
+                    ended.extend(call_ended(user, status.into()));
                 }
-                _ => None,
-            })
-            .collect();
-        (!failed.is_empty()).then_some(Delivery::Batch(failed))
+                Expiry::PeerSilent { silent } => {
+                    tracing::warn!(peer = %self.peer, ?silent, "keepalive: the peer went silent; closing");
+                    self.close();
+                    let reason = format!("keepalive: no frame from the peer for {silent:?}");
+                    ended.push(self.fail_all(owned, &reason));
+                    break;
+                }
+            }
+        }
+        if !owned.core.has_deadlines() {
+            self.deadlines_pending.store(false, Ordering::Relaxed);
+        }
+        (!ended.is_empty()).then_some(Delivery::Batch(ended))
     }
 
     fn on_frame(&self, owned: &mut Owned, buf: RecvBuf) -> Option<Delivery> {
-        owned.frames_received += 1;
         self.counters.received(buf.len());
-        let event = match owned.core.on_frame(&buf) {
+        let event = match owned.core.handle_frame(&buf, Instant::now) {
             Ok(event) => event,
             Err(e) => {
                 tracing::warn!(peer = %self.peer, error = %e, "protocol violation; disconnecting the peer");
@@ -1086,12 +1019,12 @@ impl Conn {
             Event::Opened {
                 call,
                 method,
-                timeout_us,
                 headers,
+                ..
             } => {
                 let metadata = MetadataMap::from_block(&headers);
                 drop(buf);
-                let deadline = self.served_deadline(owned, call, timeout_us);
+                let deadline = self.served_deadline(owned, call);
                 match self.method_kind(method) {
                     None => {
                         self.unknown_method(owned, call, method);
@@ -1335,8 +1268,8 @@ impl Conn {
         end: bool,
     ) -> Option<Delivery> {
         let mut awaiting = match opened {
-            Some((method, timeout_us)) => {
-                let deadline = self.served_deadline(owned, call, timeout_us);
+            Some((method, _)) => {
+                let deadline = self.served_deadline(owned, call);
                 match self.method_kind(method) {
                     None => {
                         drop(buf);
@@ -1430,45 +1363,17 @@ impl Conn {
         call_ended(user, status)
     }
 
-    /// Server: the deadline of a call that opened now (`timeout_us` from now), watched.
-    fn served_deadline(&self, owned: &mut Owned, call: u64, timeout_us: u32) -> Option<Instant> {
-        let deadline = deadline_of(timeout_us)?;
-        track_deadline(owned, call, deadline);
-        self.deadlines_pending.store(true, Ordering::Release);
+    /// Server: the deadline the core watches for a call that just opened, if it has one.
+    fn served_deadline(&self, owned: &mut Owned, call: u64) -> Option<Instant> {
+        let deadline = owned.core.deadline(call)?;
+        self.deadlines_pending.store(true, Ordering::Relaxed);
         Some(deadline)
     }
 
-    /// Server: whether some call's deadline is watched (see [`Conn::expire_served`]).
+    /// Server: whether some call's deadline is watched (the endpoint ticks such connections more often).
     pub(crate) fn deadlines_pending(&self) -> bool {
-        self.deadlines_pending.load(Ordering::Acquire)
-    }
-
-    /// Server: ends the calls whose deadline passed by `now` with DEADLINE_EXCEEDED
-    /// (PROTOCOL.md §12.2) and stops their handlers as a CANCEL would (a task is dropped, a
-    /// stream's reader and sender see the status); what a handler answers later is
-    /// discarded. A call not started yet (waiting for its request or half-close) ends too.
-    fn expire_served(&self, owned: &mut Owned, now: Instant) -> Option<Delivery> {
-        let mut stopped = Vec::new();
-        while let Some(Reverse((d, id))) = owned.deadlines.peek().copied() {
-            if d > now {
-                break;
-            }
-            owned.deadlines.pop();
-            if !owned.core.is_open(id) {
-                continue;
-            }
-            owned.awaiting_message.remove(&id);
-            let user = owned.core.user(id).cloned();
-            let status = Status::deadline_exceeded("the deadline passed at the server");
-            self.end_call(owned, id, &status);
-            if let Some(user) = user {
-                stopped.extend(call_ended(user, status));
-            }
-        }
-        if owned.deadlines.is_empty() {
-            self.deadlines_pending.store(false, Ordering::Release);
-        }
-        (!stopped.is_empty()).then_some(Delivery::Batch(stopped))
+        // A hint for the endpoint's ticks: the deadlines themselves are in the core.
+        self.deadlines_pending.load(Ordering::Relaxed)
     }
 
     fn method_kind(&self, method: u32) -> Option<MethodKind> {
@@ -1561,7 +1466,6 @@ impl Conn {
                 .map(|w| w.caller.fail(status.clone())),
         );
         failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
-        owned.deadlines.clear();
         owned.awaiting_message.clear();
         owned.replies.clear();
         Delivery::Batch(failed)
@@ -1658,56 +1562,22 @@ fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
     }
 }
 
-/// The client calls whose deadline passed by `now`.
-fn expire(owned: &mut Owned, now: Instant) -> Option<Delivery> {
-    let mut failed = Vec::new();
-    if !owned.waiting.is_empty() {
-        let (late, waiting) = std::mem::take(&mut owned.waiting)
-            .into_iter()
-            .partition::<std::collections::VecDeque<_>, _>(|w| {
-            w.deadline.is_some_and(|d| d <= now)
-        });
-        owned.waiting = waiting;
-        failed.extend(late.into_iter().map(|w| {
+/// Client: the calls still waiting to be opened whose deadline passed by `now`.
+fn expire_waiting(owned: &mut Owned, now: Instant) -> Vec<Delivery> {
+    if owned.waiting.is_empty() {
+        return Vec::new();
+    }
+    let (late, waiting) = std::mem::take(&mut owned.waiting)
+        .into_iter()
+        .partition::<std::collections::VecDeque<_>, _>(|w| w.deadline.is_some_and(|d| d <= now));
+    owned.waiting = waiting;
+    late.into_iter()
+        .map(|w| {
             w.caller.fail(Status::deadline_exceeded(
                 "the deadline passed while the call waited to be sent",
             ))
-        }));
-    }
-    while let Some(Reverse((d, id))) = owned.deadlines.peek().copied() {
-        if d > now {
-            break;
-        }
-        owned.deadlines.pop();
-        owned.replies.remove(&id);
-        if let Some(user) = owned.core.cancel(id, Code::DeadlineExceeded) {
-            failed.extend(call_ended(
-                user,
-                Status::deadline_exceeded("no response within the deadline"),
-            ));
-        }
-    }
-    (!failed.is_empty()).then_some(Delivery::Batch(failed))
-}
-
-/// Watches a call's deadline. Ended calls leave their entries behind until popped: past
-/// `64 + 2 × max_calls` entries, those of calls no longer open are dropped all at once.
-fn track_deadline(owned: &mut Owned, call: u64, deadline: Instant) {
-    owned.deadlines.push(Reverse((deadline, call)));
-    // The server's own limit counts the calls a server watches; a client's, the server's.
-    let max_calls = match owned.core.role() {
-        Role::Server => owned.core.local().max_calls,
-        Role::Client => owned.core.peer().max_calls,
-    };
-    if owned.deadlines.len() > 64 + 2 * max_calls as usize {
-        let core = &owned.core;
-        owned.deadlines.retain(|Reverse((_, id))| core.is_open(*id));
-    }
-}
-
-/// A server call's deadline: the caller's timeout from now (the opening frame's receipt).
-fn deadline_of(timeout_us: u32) -> Option<Instant> {
-    (timeout_us != 0).then(|| Instant::now() + Duration::from_micros(u64::from(timeout_us)))
+        })
+        .collect()
 }
 
 /// The status of a server's END: its code, `grpc-message`, `grpc-status-details-bin`, and

@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{Exclusive, Mutex, Runnable, RwLock};
 
-use super::conn::{Conn, Dispatch, Keepalive, Work};
+use super::conn::{Conn, Dispatch, Work};
 use super::Counters;
 use crate::protocol::v2::{ConnectionMemory, MemoryBudget, Role, CALL_RECORD};
+use crate::protocol::Keepalive;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
@@ -203,6 +204,8 @@ impl Endpoint {
             self.dispatch.clone(),
             Arc::clone(&self.counters),
             memory,
+            self.keepalive,
+            self.stall_timeout,
         );
         {
             let mut links = self.links.write();
@@ -593,11 +596,7 @@ impl Endpoint {
         if let (Some(at), Some(tick)) = (*next, tick) {
             if now >= at {
                 for conn in self.conns().iter() {
-                    conn.submit(Work::Tick {
-                        now,
-                        keepalive: self.keepalive,
-                        stall_timeout: self.stall_timeout,
-                    });
+                    conn.submit(Work::Timeout(now));
                 }
                 *next = Some(now + tick);
             }
@@ -611,7 +610,7 @@ impl Endpoint {
         for conn in self.conns().iter() {
             // A server's connections mostly have no deadline to watch: skip those.
             if !server || conn.deadlines_pending() {
-                conn.submit(Work::Expire(now));
+                conn.submit(Work::Timeout(now));
             }
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Dispatch, Keepalive, Payload, RequestBody, RequestDelivery, Work};
+use super::conn::{Conn, Dispatch, Payload, RequestBody, RequestDelivery, Work};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::server::{FaceSettings, GrpcFace};
 use super::pool::{Job, Spawner, ThreadContext, WorkerPool};
@@ -22,6 +22,7 @@ use super::{Counters, Stats};
 use crate::codegen::{MethodDescriptor, MethodKind, Service};
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{MemoryBudget, Role};
+use crate::protocol::Keepalive;
 use crate::transport::{Acceptor, RingConfig};
 use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
 

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::MemoryBudget;
+use std::time::Duration;
 
 type Core = Connection<u32, Vec<u8>>;
 
@@ -121,7 +122,13 @@ impl Wire {
     }
 }
 
-fn out(core: &Core, kind: Kind, fl: u16, code: u32, payload: &[u8]) -> Outgoing<Vec<u8>> {
+pub(crate) fn out(
+    core: &Core,
+    kind: Kind,
+    fl: u16,
+    code: u32,
+    payload: &[u8],
+) -> Outgoing<Vec<u8>> {
     let payload = if payload.len() <= core.max_segment() {
         let mut buf = vec![0; HEADER_LEN + core.max_segment()];
         buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
@@ -1588,21 +1595,28 @@ fn a_message_stalled_in_reassembly_is_dropped_on_the_virtual_clock() {
         ADD,
         0,
     );
+    server.set_stall_timeout(Some(timeout));
     let first = up.frames.pop_front().unwrap();
     server.on_frame(&first).unwrap();
-    assert!(server.expire_stalled(t0, timeout).is_empty(), "first look");
+    assert!(server.handle_timeout(t0).is_empty(), "first look");
     // Progress at 5 s restarts the count.
     let second = up.frames.pop_front().unwrap();
     server.on_frame(&second).unwrap();
     let t = |s: f64| t0 + Duration::from_secs_f64(s);
-    assert!(server.expire_stalled(t(5.0), timeout).is_empty());
+    assert!(server.handle_timeout(t(5.0)).is_empty());
+    assert_eq!(
+        server.poll_timeout(),
+        Some(t(15.0)),
+        "looks again when it would stall"
+    );
     assert!(
-        server.expire_stalled(t(14.9), timeout).is_empty(),
+        server.handle_timeout(t(14.9)).is_empty(),
         "9.9 s without progress"
     );
     assert!(budget.used() > 0);
     // Opened but not delivered: nothing to report, the END goes to the client.
-    assert!(server.expire_stalled(t(15.0), timeout).is_empty());
+    assert!(server.handle_timeout(t(15.0)).is_empty());
+    assert_eq!(server.poll_timeout(), None, "nothing left to time");
     assert_eq!(
         budget.used(),
         0,
@@ -1644,13 +1658,17 @@ fn a_reply_stalled_in_reassembly_fails_the_call_at_the_client() {
     let first = down.frames.pop_front().unwrap();
     client.on_frame(&first).unwrap();
     let timeout = Duration::from_secs(1);
-    assert!(client.expire_stalled(t0, timeout).is_empty());
-    let failed: Vec<Ev> = client
-        .expire_stalled(t0 + timeout, timeout)
+    client.set_stall_timeout(Some(timeout));
+    assert!(client.handle_timeout(t0).is_empty());
+    let failed: Vec<(u64, Code, u32)> = client
+        .handle_timeout(t0 + timeout)
         .into_iter()
-        .map(own)
+        .map(|e| match e {
+            Expiry::Stalled { call, status, user } => (call, status.code(), user),
+            other => panic!("unexpected {other:?}"),
+        })
         .collect();
-    assert_eq!(failed, vec![Ev::Refused(call, Code::ResourceExhausted, 9)]);
+    assert_eq!(failed, vec![(call, Code::ResourceExhausted, 9)]);
     up.flush(&mut client);
     let cancel = Header::decode(&up.frames[0]).unwrap();
     assert_eq!(

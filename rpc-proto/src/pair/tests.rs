@@ -1,0 +1,383 @@
+//! The races and timers users meet, played deterministically on the pair's virtual clock.
+
+use std::time::Duration;
+
+use super::{Pair, Seen};
+use crate::conn::tests::{hello, out};
+use crate::{flags, Code, Keepalive, Kind, Role, SendError};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Every slot of each side is either credited to its peer or owed back (owed credits below
+/// the threshold ride on the next frame out): none is lost to a race.
+fn assert_credits_conserved(pair: &Pair) {
+    let slots = hello().slot_count;
+    assert_eq!(
+        pair.client.core.send_credits() + pair.server.core.owed(),
+        slots
+    );
+    assert_eq!(
+        pair.server.core.send_credits() + pair.client.core.owed(),
+        slots
+    );
+}
+
+#[test]
+fn a_deadline_ends_the_call_at_both_ends_at_the_same_virtual_instant() {
+    let mut pair = Pair::new();
+    let call = pair.call(5, b"ping", Some(100 * MS));
+    pair.drive();
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![Seen::Message(call, b"ping".to_vec(), true, None)]
+    );
+    assert_eq!(pair.server.core.deadline(call), Some(pair.now + 100 * MS));
+
+    pair.advance(99 * MS);
+    assert!(pair.client.take_seen().is_empty(), "not yet");
+    assert!(pair.server.take_seen().is_empty(), "not yet");
+
+    pair.advance(MS);
+    assert_eq!(pair.client.take_seen(), vec![Seen::Deadline(call, Some(5))]);
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![Seen::Deadline(call, Some(call as u32))],
+        "the server stops the handler; the client's CANCEL and the server's END cross and \
+         are dropped"
+    );
+    assert_eq!(pair.client.sent.last(), Some(&Kind::Cancel));
+    assert_eq!(pair.server.sent.last(), Some(&Kind::End));
+    assert_eq!(
+        (pair.client.core.open_calls(), pair.server.core.open_calls()),
+        (0, 0)
+    );
+    assert!(!pair.client.core.has_deadlines() && !pair.server.core.has_deadlines());
+    assert_eq!(pair.client.core.poll_timeout(), None);
+}
+
+#[test]
+fn a_reply_that_arrives_before_the_deadline_wins_and_the_deadline_is_forgotten() {
+    let mut pair = Pair::new();
+    let call = pair.call(5, b"ping", Some(100 * MS));
+    pair.drive();
+    pair.server.take_seen();
+    pair.advance(100 * MS - Duration::from_nanos(1));
+    pair.reply(call, b"pong");
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Message(call, b"pong".to_vec(), true, Some(5))]
+    );
+    pair.advance(MS);
+    assert!(pair.client.take_seen().is_empty(), "no second outcome");
+    assert!(pair.server.take_seen().is_empty());
+    assert_eq!(pair.client.sent, vec![Kind::Message], "no CANCEL");
+}
+
+#[test]
+fn a_reply_in_flight_when_the_deadline_fires_is_discarded_and_credits_come_back() {
+    let mut pair = Pair::new();
+    let call = pair.call(5, b"ping", Some(100 * MS));
+    pair.drive();
+    pair.server.take_seen();
+    // The reply leaves the server; the client's deadline fires before it arrives.
+    pair.reply(call, b"pong");
+    pair.now += 100 * MS;
+    let expired = pair.client.core.handle_timeout(pair.now);
+    assert!(matches!(
+        expired[..],
+        [crate::Expiry::Deadline {
+            call: c,
+            user: Some(5)
+        }] if c == call
+    ));
+    pair.drive();
+    assert!(
+        pair.client.take_seen().is_empty(),
+        "the late reply is not a second outcome"
+    );
+    // The server had answered: the CANCEL names a call it no longer has, and is ignored.
+    assert!(pair.server.take_seen().is_empty());
+    assert_credits_conserved(&pair);
+    assert_eq!(
+        (pair.client.core.open_calls(), pair.server.core.open_calls()),
+        (0, 0)
+    );
+}
+
+#[test]
+fn a_cancel_racing_a_reply_gives_exactly_one_outcome_at_each_end() {
+    for reply_first in [false, true] {
+        let mut pair = Pair::new();
+        let call = pair.call(9, b"q", None);
+        pair.drive();
+        pair.server.take_seen();
+        if reply_first {
+            pair.reply(call, b"a");
+        }
+        assert_eq!(pair.client.core.cancel(call, Code::Cancelled), Some(9));
+        if !reply_first {
+            // The server answers before the CANCEL reaches it.
+            pair.reply(call, b"a");
+        }
+        pair.drive();
+        assert!(
+            pair.client.take_seen().is_empty(),
+            "the caller already has its outcome (cancelled); the reply is dropped"
+        );
+        assert!(
+            pair.server.take_seen().is_empty(),
+            "the server finished the call first; the CANCEL is ignored"
+        );
+        assert_eq!(
+            (pair.client.core.open_calls(), pair.server.core.open_calls()),
+            (0, 0)
+        );
+        assert_credits_conserved(&pair);
+    }
+}
+
+#[test]
+fn a_cancel_that_reaches_the_server_first_stops_the_handler() {
+    let mut pair = Pair::new();
+    let call = pair.call(9, b"q", None);
+    pair.drive();
+    pair.server.take_seen();
+    pair.client.core.cancel(call, Code::Cancelled);
+    pair.drive();
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![Seen::Cancelled(call, Code::Cancelled, call as u32)]
+    );
+    // The handler's late reply goes nowhere.
+    let frame = out(&pair.server.core, Kind::Message, flags::END, 0, b"late");
+    assert_eq!(
+        pair.server.core.send(call, frame, 0, 0).unwrap_err(),
+        SendError::NotOpen
+    );
+}
+
+#[test]
+fn keepalive_pings_a_quiet_peer_and_gives_up_on_a_dead_one() {
+    let keepalive = Keepalive {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(4),
+    };
+    let mut pair = Pair::new();
+    pair.client.core.set_keepalive(Some(keepalive));
+    pair.advance(Duration::ZERO);
+    // An idle but live peer answers the PINGs: never given up.
+    pair.run_for(Duration::from_secs(30), 250 * MS);
+    assert!(
+        !pair.client.take_seen().contains(&Seen::PeerSilent),
+        "a live peer is kept"
+    );
+    let pings = pair
+        .client
+        .sent
+        .iter()
+        .filter(|k| **k == Kind::Ping)
+        .count();
+    assert!(
+        (10..=30).contains(&pings),
+        "about one PING per interval of silence: {pings}"
+    );
+    // The server dies silently: nothing it sends arrives any more.
+    pair.server.cut_off = true;
+    let died = pair.now;
+    let mut given_up = None;
+    while given_up.is_none() && pair.now < died + Duration::from_secs(10) {
+        pair.advance(250 * MS);
+        if pair.client.take_seen().contains(&Seen::PeerSilent) {
+            given_up = Some(pair.now - died);
+        }
+    }
+    let given_up = given_up.expect("the client gives the peer up");
+    assert!(
+        given_up >= keepalive.interval + keepalive.timeout
+            && given_up <= keepalive.interval + keepalive.timeout + Duration::from_millis(500),
+        "detected after {given_up:?}"
+    );
+}
+
+#[test]
+fn poll_timeout_names_the_next_thing_to_do() {
+    let mut pair = Pair::new();
+    assert_eq!(pair.client.core.poll_timeout(), None, "nothing timed");
+    pair.client.core.set_keepalive(Some(Keepalive::default()));
+    assert_eq!(
+        pair.client.core.poll_timeout(),
+        None,
+        "keepalive counts from the first tick"
+    );
+    pair.advance(Duration::ZERO);
+    let start = pair.now;
+    assert_eq!(
+        pair.client.core.poll_timeout(),
+        Some(start + Duration::from_secs(1))
+    );
+    pair.call(1, b"x", Some(200 * MS));
+    assert_eq!(pair.client.core.poll_timeout(), Some(start + 200 * MS));
+}
+
+#[test]
+fn goodbye_gives_back_the_calls_the_server_never_saw() {
+    let mut pair = Pair::new();
+    let first = pair.call(1, b"a", None);
+    pair.drive();
+    pair.server.take_seen();
+    // A second call is in flight when the server says GOODBYE.
+    let second = pair.call(2, b"b", None);
+    pair.server.core.goodbye();
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Goodbye(first, vec![second])]
+    );
+    assert!(
+        pair.server.take_seen().is_empty(),
+        "the server refuses the late call without processing it"
+    );
+    assert_eq!(
+        pair.client.core.open_call(3).unwrap_err(),
+        SendError::GoingAway,
+        "no new calls"
+    );
+    // The first call is still served.
+    pair.reply(first, b"done");
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Message(first, b"done".to_vec(), true, Some(1))]
+    );
+}
+
+#[test]
+fn a_stream_stalls_on_its_window_and_resumes_when_the_reader_consumes() {
+    let mut pair = Pair::new();
+    let window = hello().call_window as usize;
+    let call = pair.client.core.open_call(1).unwrap();
+    let chunk = vec![7u8; 100];
+    // Far more than one window, without the server's application consuming anything.
+    for _ in 0..(3 * window / chunk.len()) {
+        let frame = out(&pair.client.core, Kind::Message, 0, 0, &chunk);
+        pair.send(Role::Client, call, frame, 7, 0);
+        pair.drive();
+        if pair.client.core.queued(call) > 0 {
+            break;
+        }
+    }
+    assert!(
+        pair.client.core.queued(call) > 0,
+        "the window stalls the sender"
+    );
+    let received: usize = pair
+        .server
+        .take_seen()
+        .iter()
+        .map(|s| match s {
+            Seen::Message(_, body, ..) => body.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(
+        received <= window,
+        "never more than a window unread: {received}"
+    );
+    // The reader consumes what it has: a WINDOW goes back and the queued message leaves.
+    pair.server
+        .core
+        .consumed(call, (received + 16 * (received / chunk.len())) as u32);
+    pair.drive();
+    assert_eq!(pair.client.core.queued(call), 0, "resumed");
+    assert!(matches!(
+        pair.server.take_seen()[..],
+        [Seen::Message(c, ..)] if c == call
+    ));
+}
+
+#[test]
+fn at_max_calls_the_client_waits_for_a_call_to_end() {
+    let mut pair = Pair::new();
+    let max = hello().max_calls;
+    let calls: Vec<u64> = (0..max).map(|i| pair.call(i, b"x", None)).collect();
+    assert_eq!(
+        pair.client.core.open_call(99).unwrap_err(),
+        SendError::AtCapacity
+    );
+    pair.drive();
+    pair.reply(calls[0], b"y");
+    pair.drive();
+    assert_eq!(pair.client.core.open_calls(), max - 1);
+    let next = pair.client.core.open_call(99).expect("room again");
+    assert!(next > calls[calls.len() - 1], "ids keep increasing");
+}
+
+#[test]
+fn a_server_deadline_runs_from_the_receipt_of_the_opening_frame() {
+    let mut pair = Pair::new();
+    // The request spends 30 ms on the wire: the server's deadline starts when it arrives.
+    let call = pair.call(1, b"x", Some(100 * MS));
+    let sent = pair.now;
+    pair.now += 30 * MS;
+    pair.drive();
+    assert_eq!(pair.server.core.deadline(call), Some(sent + 130 * MS));
+    // The client gives up first; its CANCEL ends the call at the server before its own
+    // deadline.
+    pair.advance(70 * MS);
+    assert_eq!(pair.client.take_seen(), vec![Seen::Deadline(call, Some(1))]);
+    assert!(matches!(
+        pair.server.take_seen()[..],
+        [Seen::Message(..), Seen::Cancelled(c, Code::DeadlineExceeded, _)] if c == call
+    ));
+    pair.advance(100 * MS);
+    assert!(pair.server.take_seen().is_empty(), "no second end");
+}
+
+#[test]
+fn a_receiver_holding_its_slots_stalls_the_sender_on_credits_until_it_releases() {
+    let mut pair = Pair::new();
+    pair.server.release_at_once = false;
+    let slots = hello().slot_count;
+    let calls: Vec<u64> = (0..hello().max_calls)
+        .map(|i| pair.call(i, &[1; 8], None))
+        .collect();
+    pair.drive();
+    for call in &calls {
+        pair.reply(*call, b"r");
+    }
+    pair.drive();
+    // Replies free the server's records but not the slots its application holds.
+    assert!(pair.server.held >= calls.len() as u32);
+    assert!(
+        pair.client.core.send_credits() < slots,
+        "held slots are not credited"
+    );
+    pair.server.take_seen();
+    // More requests than credits: the client sends while credits last, then queues.
+    let more: Vec<u64> = (0..hello().max_calls)
+        .map(|i| pair.call(10 + i, &[2; 8], None))
+        .collect();
+    pair.drive();
+    let arrived = pair.server.seen.len();
+    assert!(
+        arrived < more.len(),
+        "stalled on credits: {arrived} arrived"
+    );
+    assert!(pair.client.core.wants_transmit() || pair.client.core.send_credits() < 2);
+    for _ in 0..3 {
+        pair.release(Role::Server);
+        pair.drive();
+    }
+    let opened = pair
+        .server
+        .take_seen()
+        .iter()
+        .filter(|s| matches!(s, Seen::Message(c, ..) if more.contains(c)))
+        .count();
+    assert_eq!(
+        opened,
+        more.len(),
+        "every request arrives once slots are released"
+    );
+}
