@@ -754,7 +754,7 @@ fn run_woken_inline() {
         none
     });
     if !none {
-        super::conn::holding_sends(run_woken_tasks);
+        super::held_sends::holding_sends(run_woken_tasks);
     }
 }
 

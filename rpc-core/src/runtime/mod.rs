@@ -2,10 +2,12 @@
 //! link's protocol core; requests go to handlers (inline or on the worker pool), responses to
 //! the waiting calls.
 
+pub(crate) mod call;
 pub mod client;
 pub mod conn;
 pub(crate) mod endpoint;
 pub(crate) mod grpc;
+pub(crate) mod held_sends;
 pub(crate) mod pool;
 pub(crate) mod port;
 pub mod server;

@@ -218,7 +218,7 @@ fn worker_loop(queue: &Queue) {
             }
             Work::Task(task) => {
                 rpc_sync::assert_unlocked("running a handler task");
-                super::conn::holding_sends(|| task.run());
+                super::held_sends::holding_sends(|| task.run());
             }
             Work::Stop => break,
         }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::assert_unlocked;
 
-use super::conn::{Conn, Dispatch, Payload, RequestBody, RequestDelivery, Work};
+use super::call::{Payload, RequestBody, RequestDelivery};
+use super::conn::{Conn, Dispatch, Work};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::server::{FaceSettings, GrpcFace};
 use super::pool::{Job, Spawner, ThreadContext, WorkerPool};

@@ -23,7 +23,7 @@ use super::{
     GrpcCall, CONTENT_TYPE,
 };
 use crate::codegen::MethodKind;
-use crate::runtime::conn::{Payload, RequestBody, RequestDelivery};
+use crate::runtime::call::{Payload, RequestBody, RequestDelivery};
 use crate::runtime::port::Port;
 use crate::runtime::server::Shared;
 use crate::runtime::stream::Incoming as Inbound;

@@ -1,0 +1,253 @@
+//! What a call's two ends share, whichever engine carries the call (one of our connections
+//! or an HTTP/2 stream of the gRPC face): a received message body ([`Payload`]), a client's
+//! rendezvous with whoever completes its call ([`CallCell`]), a server's request as its
+//! handler gets it ([`RequestDelivery`]), and the encoding of outgoing messages ([`Encode`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rpc_sync::{assert_unlocked, Oneshot};
+
+use super::stream::{Received, StreamShared};
+use crate::protocol::v2::{Connection, ConnectionMemory, Reservation};
+use crate::transport::RecvBuf;
+use crate::{MetadataMap, Status};
+
+/// Who is told when a body's receive slot is re-posted (the connection, whose credits it
+/// frees).
+pub(crate) trait SlotRelease: Send + Sync {
+    /// The slot of a body was re-posted.
+    fn slot_released(self: Arc<Self>);
+}
+
+/// A unary call's reply as its caller gets it.
+pub(crate) struct Reply {
+    pub(crate) payload: Payload,
+    pub(crate) headers: MetadataMap,
+    pub(crate) trailers: MetadataMap,
+}
+
+/// Server: a call for a handler.
+pub(crate) struct RequestDelivery {
+    pub(crate) call: u64,
+    pub(crate) method: u32,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) metadata: MetadataMap,
+    pub(crate) body: RequestBody,
+    /// The call's stream state: its requests (client-streaming and bidi methods), its
+    /// responses (server-streaming and bidi), its cancellation. `None` for unary methods.
+    pub(crate) stream: Option<Arc<StreamShared>>,
+}
+
+/// A request's messages: the one message of a unary-request call, or the call's stream.
+pub(crate) enum RequestBody {
+    Message(Payload),
+    Stream,
+}
+
+/// A message body ready to be encoded: protobuf messages.
+pub(crate) trait Encode {
+    fn encoded_len(&self) -> usize;
+    fn encode_into(&self, out: &mut [u8]);
+    fn encode_to_vec(&self, len: usize) -> Vec<u8>;
+}
+
+impl<M: prost::Message> Encode for M {
+    fn encoded_len(&self) -> usize {
+        prost::Message::encoded_len(self)
+    }
+    fn encode_into(&self, mut out: &mut [u8]) {
+        self.encode_raw(&mut out);
+    }
+    fn encode_to_vec(&self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        self.encode_raw(&mut out);
+        out
+    }
+}
+
+/// A received message body: still in its receive slot (decoded in place; the slot is
+/// re-posted when this is dropped) or reassembled from segments.
+pub struct Payload {
+    data: PayloadData,
+    /// Told when the slot is released (a body still in its slot).
+    conn: Option<Arc<dyn SlotRelease>>,
+}
+
+enum PayloadData {
+    Slot {
+        buf: RecvBuf,
+        offset: usize,
+        len: usize,
+    },
+    /// Bytes of their own, counted against the connection's memory while held for the peer.
+    Owned(Vec<u8>, Option<Box<Reservation>>),
+}
+
+impl Payload {
+    /// A body at `offset..offset + len` of its receive slot `buf`; `owner` is told when the
+    /// slot is released.
+    pub(crate) fn in_slot(
+        buf: RecvBuf,
+        offset: usize,
+        len: usize,
+        owner: Option<Arc<dyn SlotRelease>>,
+    ) -> Payload {
+        Payload {
+            data: PayloadData::Slot { buf, offset, len },
+            conn: owner,
+        }
+    }
+
+    /// A body reassembled from segments, its bytes counted under `held`.
+    pub(crate) fn reassembled(bytes: Vec<u8>, held: Option<Box<Reservation>>) -> Payload {
+        Payload {
+            data: PayloadData::Owned(bytes, held),
+            conn: None,
+        }
+    }
+
+    /// A body that was never in a receive slot (a message of the gRPC face).
+    pub(crate) fn owned(bytes: Vec<u8>) -> Payload {
+        Payload {
+            data: PayloadData::Owned(bytes, None),
+            conn: None,
+        }
+    }
+
+    /// Copies a body out of its receive slot and releases the slot (and its credit): for a
+    /// reply nobody is decoding yet, which must not hold the receive ring.
+    pub(crate) fn detach(mut self) -> Payload {
+        if let PayloadData::Slot { buf, offset, len } = &self.data {
+            let owned = buf[*offset..offset + len].to_vec();
+            self.data = PayloadData::Owned(owned, None);
+            if let Some(conn) = self.conn.take() {
+                conn.slot_released();
+            }
+        }
+        self
+    }
+
+    /// [`Payload::detach`] for a body held on behalf of the peer (a message waiting for its
+    /// call's end): the copy is counted against `memory`; `Err` with RESOURCE_EXHAUSTED (the
+    /// slot released) when it does not fit.
+    pub(crate) fn detach_within(self, memory: &ConnectionMemory) -> Result<Payload, Status> {
+        if !matches!(self.data, PayloadData::Slot { .. }) {
+            return Ok(self);
+        }
+        let held = memory.reserve(Connection::<(), Vec<u8>>::message_cost(self.len()) as usize);
+        match held {
+            Some(held) => {
+                let mut detached = self.detach();
+                if let PayloadData::Owned(_, slot) = &mut detached.data {
+                    *slot = Some(Box::new(held));
+                }
+                Ok(detached)
+            }
+            None => Err(out_of_memory(self.len())),
+        }
+    }
+
+    /// The body as a stream item: reassembled bytes keep their reservation; a body still in
+    /// its slot is copied (one request message of a call the server serves as a stream).
+    pub(crate) fn into_received(mut self) -> Received {
+        match std::mem::replace(&mut self.data, PayloadData::Owned(Vec::new(), None)) {
+            PayloadData::Owned(v, held) => Received::new(v, held.map(|h| *h)),
+            PayloadData::Slot { buf, offset, len } => {
+                Received::new(buf[offset..offset + len].to_vec(), None)
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.data {
+            PayloadData::Slot { buf, offset, len } => &buf[*offset..offset + len],
+            PayloadData::Owned(v, _) => v,
+        }
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            // Re-post the slot first, then let its credit travel if enough are owed.
+            self.data = PayloadData::Owned(Vec::new(), None);
+            conn.slot_released();
+        }
+    }
+}
+
+/// Where a call's outcome is left for its caller.
+pub(crate) struct CallCell {
+    pub(crate) outcome: Oneshot<Result<Reply, Status>>,
+    /// The call id, once the connection's owner opened the call.
+    id: AtomicU64,
+    /// A thread is waiting and will decode the reply at once: it may stay in its slot.
+    pub(crate) thread_waiting: AtomicBool,
+}
+
+impl CallCell {
+    pub(crate) fn new() -> Arc<CallCell> {
+        Arc::new(CallCell {
+            outcome: Oneshot::new(),
+            id: AtomicU64::new(0),
+            thread_waiting: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_id(&self, id: u64) {
+        self.id.store(id, Ordering::Release);
+    }
+
+    /// Leaves the outcome and wakes the caller.
+    ///
+    /// A reply stays in its receive slot (zero-copy) only while a thread waits to decode it.
+    /// Otherwise (a future not being awaited yet) it is copied out and the slot released:
+    /// replies nobody consumes yet must not hold the receive ring, or the peer would run out
+    /// of credits for the replies that callers are waiting for.
+    pub(crate) fn complete(&self, result: Result<Reply, Status>) {
+        let result = match result {
+            Ok(reply) if !self.thread_waiting.load(Ordering::Acquire) => Ok(Reply {
+                payload: reply.payload.detach(),
+                ..reply
+            }),
+            other => other,
+        };
+        assert_unlocked("completing a call");
+        if self.outcome.complete(result) == rpc_sync::Completed::Woke {
+            super::woke_a_thread();
+        }
+    }
+
+    /// Makes a used cell new again (it must not be shared any more).
+    pub(crate) fn reset(&mut self) {
+        self.outcome.reset();
+        *self.id.get_mut() = 0;
+        *self.thread_waiting.get_mut() = false;
+    }
+
+    /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).
+    pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<Result<Reply, Status>> {
+        assert_unlocked("waiting for a reply");
+        self.thread_waiting.store(true, Ordering::Release);
+        let result = self.outcome.wait(deadline);
+        self.thread_waiting.store(false, Ordering::Release);
+        result
+    }
+}
+
+/// The status of a call refused because a message of `len` bytes does not fit in the memory
+/// left for its connection.
+pub(crate) fn out_of_memory(len: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "a message of {len} bytes does not fit in the memory left for this connection"
+    ))
+}

@@ -1,0 +1,569 @@
+//! [`Client`]: one connection carrying many concurrent calls from many threads, with
+//! blocking calls and a runtime-agnostic async form ([`ResponseFuture`], completed by the
+//! poller thread, usable from tokio or from plain threads).
+
+mod streams;
+mod unary;
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rpc_sync::{Mutex, RwLock};
+
+use super::call::{CallCell, Reply};
+use super::conn::{Caller, Conn, OpenCall, Work, UNARY};
+use super::endpoint::{Endpoint, PollerSettings};
+use super::grpc::client::{ClientTls, GrpcChannel};
+use super::transport_select::{client_transport, Connector};
+use super::{Counters, Stats};
+use crate::codegen::MethodDescriptor;
+use crate::interceptor::SharedInterceptor;
+use crate::protocol::v2::{Kind, MemoryBudget, Role};
+use crate::protocol::Keepalive;
+use crate::transport::RingConfig;
+use crate::{Error, Interceptor, Request, Response, Status, TransportKind};
+use streams::headers_block;
+pub use streams::StreamingCall;
+pub use unary::ResponseFuture;
+use unary::{take_cell, FutureState, Started};
+
+// ----- the client --------------------------------------------------------------------
+
+/// How long connecting may take unless [`ClientBuilder::connect_timeout`] says otherwise: 20 s.
+///
+/// Long enough to ride out a few seconds of packet loss during connection set-up. Over verbs a
+/// lost connect request is retransmitted by the kernel CM only after its response timeout
+/// (about 6 s on Soft-RoCE: rdma_cm's CM response timeout of about 4 s plus twice the packet
+/// life time), and ARP gives up after 3 s; the verbs transport therefore starts an attempt
+/// over after 2 s, 4 s, 8 s, ... (`VerbsEndpoint::connect`), and 20 s leaves room for three
+/// such retries, and for kernel retransmissions within the longer attempts. The former 5 s
+/// failed after a single lost connect request. Over TCP, 20 s covers the SYN retransmissions
+/// at 1, 3, 7 and 15 s. A server that refuses (nothing listening, a rejected HELLO) fails
+/// the connect at once; only an unreachable one takes the whole timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The default of [`ClientBuilder::spin`], in microseconds.
+const DEFAULT_SPIN_US: u64 = 200;
+
+/// Configures and connects a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    transport: TransportKind,
+    timeout: Option<Duration>,
+    connect_timeout: Duration,
+    ring: RingConfig,
+    spin: Duration,
+    idle_spin: Duration,
+    keepalive: Option<Keepalive>,
+    memory_budget: Option<usize>,
+    stall_timeout: Option<Duration>,
+    interceptor: Option<SharedInterceptor>,
+    grpc_tls: Option<GrpcTls>,
+}
+
+/// TLS settings of [`TransportKind::Grpc`]: PEM roots and the expected server name.
+#[derive(Clone)]
+struct GrpcTls {
+    roots_pem: Vec<u8>,
+    server_name: Option<String>,
+}
+
+impl std::fmt::Debug for GrpcTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            transport: TransportKind::Auto,
+            timeout: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            ring: RingConfig::default(),
+            spin: super::micros_from_env("RPC_SPIN_US", DEFAULT_SPIN_US),
+            idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
+            keepalive: Some(Keepalive::default()),
+            memory_budget: None,
+            stall_timeout: Some(super::DEFAULT_STALL_TIMEOUT),
+            interceptor: None,
+            grpc_tls: None,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// With [`TransportKind::Grpc`]: connects over TLS (rustls; ALPN `h2`), trusting the
+    /// PEM certificates `roots_pem` and expecting the server's certificate to name
+    /// `server_name` (default: the host part of the address).
+    pub fn grpc_tls(mut self, roots_pem: &[u8], server_name: Option<&str>) -> Self {
+        self.grpc_tls = Some(GrpcTls {
+            roots_pem: roots_pem.to_vec(),
+            server_name: server_name.map(str::to_string),
+        });
+        self
+    }
+
+    /// Runs `interceptor` on every call before it goes out: it may add or change metadata
+    /// or the timeout, or fail the call with a status (nothing is sent then).
+    pub fn interceptor(mut self, interceptor: impl Interceptor) -> Self {
+        self.interceptor = Some(SharedInterceptor(Arc::new(interceptor)));
+        self
+    }
+
+    /// How the client detects a server that died silently (default: PING after 1 s of
+    /// silence, give up after 4 s more; `None` turns it off). Calls on a dead connection fail
+    /// UNAVAILABLE.
+    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
+        self.keepalive = keepalive;
+        self
+    }
+
+    /// The most memory the client holds on behalf of its server, in bytes (default:
+    /// [`crate::default_memory_budget`]): its connection's rings and floor, and the replies
+    /// and stream messages not consumed yet or in reassembly, counted as a server counts
+    /// (see [`crate::ServerBuilder::memory_budget`]). A reply that does not fit fails its
+    /// call with RESOURCE_EXHAUSTED (and the call is cancelled at the server).
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// How long a reply in reassembly may make no progress before it is dropped and its call
+    /// failed with RESOURCE_EXHAUSTED (default 10 s; `None`: never).
+    pub fn stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
+        self
+    }
+
+    /// Which transport to use (default: [`TransportKind::Auto`]).
+    pub fn transport(mut self, transport: TransportKind) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// A default timeout for calls that set none.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// How long connecting (and each reconnect) may take, retries included (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`], 20 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Receive ring and message limit announced to the server.
+    pub fn ring(mut self, ring: RingConfig) -> Self {
+        self.ring = ring;
+        self
+    }
+
+    /// How long a blocking call polls for its reply on its own thread before it parks and
+    /// leaves polling to the poller thread (default 200 µs, or `RPC_SPIN_US`; 0: park at
+    /// once). Only a call that is the client's only one outstanding polls (with others
+    /// outstanding the poller thread is busy anyway), and the poller thread parks meanwhile,
+    /// so a reply within the budget costs no thread wake-up at all. Measured in one Soft-RoCE
+    /// boot (`scripts/bench-spin`, docs/ARCHITECTURE.md "Who polls"): 200 µs had the lowest
+    /// p50 at 1 outstanding and the highest rate at 8; 50 µs was worse than parking at once
+    /// (the caller gives up just before the reply and both threads must be woken).
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
+    /// How long the poller busy-polls after the last completion before it sleeps
+    /// (default 1 ms, or `RPC_IDLE_SPIN_US`; an idle endpoint sleeps and costs no CPU).
+    pub fn idle_spin(mut self, idle_spin: Duration) -> Self {
+        self.idle_spin = idle_spin;
+        self
+    }
+
+    /// Connects to `addr` (`ip:port`, or `mem:NAME` for the in-process transport; with
+    /// [`TransportKind::Grpc`], `host:port` of any gRPC server).
+    pub fn connect(self, addr: &str) -> Result<Client, Error> {
+        self.ring.validate()?;
+        let counters = Arc::new(Counters::default());
+        if self.transport == TransportKind::Grpc {
+            let tls = match &self.grpc_tls {
+                None => None,
+                Some(tls) => {
+                    let name = match &tls.server_name {
+                        Some(name) => name.clone(),
+                        None => host_of(addr).to_string(),
+                    };
+                    let server_name = rustls_pki_types::ServerName::try_from(name.clone())
+                        .map_err(|e| {
+                            Error::InvalidConfig(format!("TLS: bad server name {name:?}: {e}"))
+                        })?;
+                    Some(ClientTls {
+                        config: super::grpc::tls::client_config(&tls.roots_pem)?,
+                        server_name,
+                    })
+                }
+            };
+            let channel = GrpcChannel::connect(
+                addr,
+                self.connect_timeout,
+                self.ring.max_message_size as usize,
+                tls,
+            )?;
+            tracing::debug!(%addr, transport = "grpc", "connected");
+            return Ok(Client {
+                inner: Arc::new(ClientInner {
+                    wire: Wire::Grpc(channel),
+                    config: self,
+                    counters,
+                }),
+            });
+        }
+        let (cq, connector) = client_transport(addr, self.transport)?;
+        let (endpoint, poller) = Endpoint::start(
+            cq,
+            Role::Client,
+            None,
+            Arc::clone(&counters),
+            PollerSettings {
+                idle_spin: self.idle_spin,
+                keepalive: self.keepalive,
+                name: "client",
+                context: None,
+                memory: MemoryBudget::new(
+                    self.memory_budget
+                        .unwrap_or_else(super::default_memory_budget),
+                ),
+                stall_timeout: self.stall_timeout,
+            },
+        )?;
+        let native = Native {
+            endpoint,
+            cells: Arc::new(filled_cell_pool()),
+            poller: Mutex::new(Some(poller)),
+            connector,
+            conn: RwLock::new(None),
+            next_link: AtomicU64::new(1),
+            ring: self.ring,
+            connect_timeout: self.connect_timeout,
+        };
+        let conn = native.connect_link().inspect_err(|_| native.stop())?;
+        *native.conn.write() = Some(conn);
+        tracing::debug!(%addr, transport = native.connector.name(), "connected");
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                wire: Wire::Native(native),
+                config: self,
+                counters,
+            }),
+        })
+    }
+}
+
+/// The host part of `host:port` (`[v6]:port` too).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Call cells of finished calls, ready for the next ones: no allocation per call.
+type CellPool = crossbeam::queue::ArrayQueue<Arc<CallCell>>;
+
+/// How many finished call cells a client keeps for reuse.
+const CELL_POOL: usize = 256;
+/// Cells a client starts with: a caller making one call after another then always finds one
+/// that the completers of its earlier calls let go of (the latest may still be held for a
+/// moment), instead of allocating now and then when it did not.
+const CELLS_UP_FRONT: usize = 4;
+
+fn filled_cell_pool() -> CellPool {
+    let cells = CellPool::new(CELL_POOL);
+    for _ in 0..CELLS_UP_FRONT {
+        let _ = cells.push(CallCell::new());
+    }
+    cells
+}
+
+struct ClientInner {
+    wire: Wire,
+    config: ClientBuilder,
+    counters: Arc<Counters>,
+}
+
+/// What a client's calls travel on.
+enum Wire {
+    /// This framework's protocol over verbs, TCP or memory.
+    Native(Native),
+    /// Standard gRPC over HTTP/2.
+    Grpc(Arc<GrpcChannel>),
+}
+
+/// A client of this framework's protocol: its endpoint (poller) and connection.
+struct Native {
+    endpoint: Arc<Endpoint>,
+    cells: Arc<CellPool>,
+    poller: Mutex<Option<JoinHandle<()>>>,
+    connector: Connector,
+    conn: RwLock<Option<Arc<Conn>>>,
+    next_link: AtomicU64,
+    ring: RingConfig,
+    connect_timeout: Duration,
+}
+
+impl Native {
+    fn connect_link(&self) -> Result<Arc<Conn>, Error> {
+        let id = self.next_link.fetch_add(1, Ordering::Relaxed);
+        let link = self
+            .connector
+            .connect(self.ring, id, self.connect_timeout)?;
+        let Some(memory) = self.endpoint.admit(&link) else {
+            self.endpoint.refuse_link(&link);
+            let budget = self.endpoint.memory();
+            return Err(Error::MemoryBudget(format!(
+                "the connection's rings do not fit ({} of {} bytes reserved)",
+                budget.used(),
+                budget.limit()
+            )));
+        };
+        Ok(self.endpoint.add_link(link, memory))
+    }
+
+    /// The live connection, reconnecting once if the previous one was lost (outside the
+    /// lock: connecting is I/O).
+    fn conn(&self) -> Result<Arc<Conn>, Status> {
+        if let Some(c) = self.conn.read().as_ref() {
+            if !c.is_closed() {
+                return Ok(Arc::clone(c));
+            }
+        }
+        let fresh = self
+            .connect_link()
+            .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
+        let mut slot = self.conn.write();
+        if let Some(c) = slot.as_ref() {
+            if !c.is_closed() {
+                // Another caller reconnected first: use its connection.
+                let existing = Arc::clone(c);
+                drop(slot);
+                self.endpoint
+                    .close_conn(&fresh, "a concurrent reconnect won");
+                return Ok(existing);
+            }
+        }
+        tracing::info!(peer = %fresh.peer, "reconnected");
+        *slot = Some(Arc::clone(&fresh));
+        Ok(fresh)
+    }
+
+    fn stop(&self) {
+        let conn = self.conn.write().take();
+        if let Some(c) = conn {
+            self.endpoint.close_conn(&c, "client dropped");
+        }
+        self.endpoint.stop();
+        let poller = self.poller.lock().take();
+        if let Some(h) = poller {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A connection to a server, shared by all clones (cheap to clone, `Send + Sync`). Generated
+/// clients wrap it.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("transport", &self.transport_name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A builder with default settings.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// Connects to `addr` with default settings ([`TransportKind::Auto`]).
+    pub fn connect(addr: &str) -> Result<Client, Error> {
+        ClientBuilder::default().connect(addr)
+    }
+
+    /// The transport in use (`tcp`, `verbs`, `memory`, `grpc`).
+    pub fn transport_name(&self) -> &'static str {
+        match &self.inner.wire {
+            Wire::Native(native) => native.connector.name(),
+            Wire::Grpc(_) => "grpc",
+        }
+    }
+
+    /// The client's counters.
+    pub fn stats(&self) -> Stats {
+        match &self.inner.wire {
+            Wire::Native(native) => Stats {
+                connect_retries: native.connector.connect_retries(),
+                ..self.inner.counters.snapshot()
+            },
+            Wire::Grpc(_) => self.inner.counters.snapshot(),
+        }
+    }
+
+    /// The request as the interceptor (if any) leaves it.
+    fn intercept<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
+        match &self.inner.config.interceptor {
+            None => Ok(request),
+            Some(interceptor) => interceptor.apply(request),
+        }
+    }
+
+    /// The call's timeout (the request's, else the client's default) and deadline.
+    fn timing<T>(&self, request: &Request<T>) -> (u32, Option<Instant>) {
+        let timeout = request.timeout().or(self.inner.config.timeout);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u32::MAX as u128) as u32);
+        (timeout_us, deadline)
+    }
+
+    /// Starts a unary call; returns the call's cell and id, or the status it failed with.
+    fn start<Req: prost::Message>(
+        &self,
+        native: &Native,
+        method: &'static MethodDescriptor,
+        request: &Request<Req>,
+        blocking: bool,
+    ) -> Result<Started, Status> {
+        let _span = tracing::trace_span!("call", method = method.path).entered();
+        self.inner.counters.call();
+        let conn = native.conn()?;
+        let (timeout_us, deadline) = self.timing(request);
+        let cell = take_cell(&native.cells);
+        // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
+        cell.thread_waiting.store(blocking, Ordering::Release);
+        let headers = headers_block(request.metadata(), false);
+        let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
+        native.endpoint.call_started(false);
+        conn.submit(Work::Open(OpenCall {
+            caller: Caller::Unary(Arc::clone(&cell)),
+            method: method.id,
+            timeout_us,
+            deadline,
+            headers,
+            message: Some(frame),
+        }));
+        Ok(Started {
+            endpoint: Arc::clone(&native.endpoint),
+            conn,
+            cell,
+            cells: Arc::clone(&native.cells),
+            deadline,
+            counted_waiting: false,
+        })
+    }
+
+    fn finish<Resp: prost::Message + Default>(
+        &self,
+        result: Result<Reply, Status>,
+    ) -> Result<Response<Resp>, Status> {
+        let result = result.and_then(|reply| {
+            let message = Resp::decode(&*reply.payload)
+                .map_err(|e| Status::internal(format!("could not decode the response: {e}")))?;
+            Ok(Response::from_parts(reply.headers, message, reply.trailers))
+        });
+        self.counted(result)
+    }
+
+    /// Makes a unary call and blocks until its response, its deadline or the connection's
+    /// loss.
+    pub fn unary<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => return self.counted(Err(status)),
+        };
+        let native = match &self.inner.wire {
+            Wire::Native(native) => native,
+            Wire::Grpc(_) => {
+                let result = self
+                    .open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref()))
+                    .and_then(|(_, mut responses)| responses.wait_unary());
+                return self.counted(result);
+            }
+        };
+        match self.start(native, method, &request, true) {
+            Ok(started) => {
+                let result = started.wait(self.inner.config.spin, method);
+                self.finish(result)
+            }
+            Err(status) => self.finish(Err(status)),
+        }
+    }
+
+    /// Starts a unary call and returns a future of its response. The future completes from
+    /// the poller thread, so it works under any executor; [`ResponseFuture::wait`] blocks.
+    pub fn unary_async<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> ResponseFuture<Resp>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => {
+                return ResponseFuture {
+                    client: self.clone(),
+                    method,
+                    state: FutureState::Failed(Some(status)),
+                    _response: PhantomData,
+                };
+            }
+        };
+        let state = match &self.inner.wire {
+            Wire::Native(native) => match self.start(native, method, &request, false) {
+                Ok(started) => FutureState::Pending(started),
+                Err(status) => FutureState::Failed(Some(status)),
+            },
+            Wire::Grpc(_) => {
+                match self.open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref())) {
+                    Ok((_, responses)) => FutureState::Stream {
+                        responses,
+                        headers: None,
+                        message: None,
+                    },
+                    Err(status) => FutureState::Failed(Some(status)),
+                }
+            }
+        };
+        ResponseFuture {
+            client: self.clone(),
+            method,
+            state,
+            _response: PhantomData,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! A unary call in flight ([`Started`]) and its async form ([`ResponseFuture`]).
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::{CellPool, Client};
+use crate::codegen::MethodDescriptor;
+use crate::runtime::call::{CallCell, Reply};
+use crate::runtime::conn::{Caller, Conn, Work};
+use crate::runtime::endpoint::Endpoint;
+use crate::runtime::streaming::Streaming;
+use crate::{MetadataMap, Response, Status};
+
+/// A call in flight.
+pub(super) struct Started {
+    pub(super) endpoint: Arc<Endpoint>,
+    pub(super) conn: Arc<Conn>,
+    pub(super) cell: Arc<CallCell>,
+    pub(super) cells: Arc<CellPool>,
+    pub(super) deadline: Option<Instant>,
+    /// A future of this call was polled and is pending: counted among the endpoint's
+    /// waiters until the call is over for its caller.
+    pub(super) counted_waiting: bool,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.counted_waiting {
+            self.endpoint.end_waiting();
+        }
+        self.endpoint.call_finished(false);
+        // A finished call's cell goes back to the pool at once, even while the thread that
+        // completed it may still be letting go of its reference: `take_cell` reuses a cell
+        // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
+        // future was dropped) may still be completed, so it is not pooled.
+        if self.cell.outcome.is_complete() {
+            let _ = self.cells.push(Arc::clone(&self.cell));
+        }
+    }
+}
+
+/// A call cell for a new call: a pooled one that nobody holds any more, else a new one.
+pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
+    // The most recently finished cells may still be held by their completer for a moment;
+    // they go back to the end of the queue, and the older ones ahead of them are free.
+    for _ in 0..2 {
+        let Some(mut cell) = cells.pop() else { break };
+        if let Some(unshared) = Arc::get_mut(&mut cell) {
+            unshared.reset();
+            return cell;
+        }
+        let _ = cells.push(cell);
+    }
+    CallCell::new()
+}
+
+impl Started {
+    /// Blocks for the outcome; at the deadline, withdraws the call. For up to `spin` the
+    /// calling thread polls the completion queue itself, so the reply needs no wake-up of
+    /// another thread; then it parks and leaves polling to the poller thread.
+    pub(super) fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Reply, Status> {
+        self.drive(spin);
+        // Parked, this caller relies on somebody else polling (see `Endpoint::waiting`).
+        let _waiting = (!self.cell.outcome.is_complete()).then(|| self.endpoint.waiting());
+        if let Some(r) = self.cell.wait(self.deadline) {
+            return r;
+        }
+        // The deadline passed: withdraw the call. Whoever owns the connection decides which
+        // came first, this or the reply; either way the outcome lands in the cell.
+        self.conn.submit(Work::Cancel {
+            caller: Caller::Unary(Arc::clone(&self.cell)),
+            status: Status::deadline_exceeded(format!(
+                "{}: no response within the deadline",
+                method.path
+            )),
+        });
+        self.cell
+            .wait(None)
+            .expect("an outcome always arrives without a deadline")
+    }
+}
+
+impl Started {
+    pub(super) fn drive(&self, spin: Duration) {
+        let outcome = &self.cell.outcome;
+        self.cell.thread_waiting.store(true, Ordering::Release);
+        self.endpoint
+            .drive(spin, self.deadline, || outcome.is_complete());
+        self.cell.thread_waiting.store(false, Ordering::Release);
+    }
+}
+
+pub(super) enum FutureState<Resp> {
+    Pending(Started),
+    /// A call over gRPC: its response stream, and what of the response came.
+    Stream {
+        responses: Streaming<Resp>,
+        headers: Option<MetadataMap>,
+        message: Option<Resp>,
+    },
+    Failed(Option<Status>),
+    Done,
+}
+
+/// The response of a call started with [`Client::unary_async`]: `.await` it from any
+/// executor, or [`ResponseFuture::wait`] for it. Dropping it before the response cancels the
+/// call (the server is sent a CANCEL, and its handler is dropped if it awaits).
+pub struct ResponseFuture<Resp> {
+    pub(super) client: Client,
+    pub(super) method: &'static MethodDescriptor,
+    pub(super) state: FutureState<Resp>,
+    pub(super) _response: PhantomData<fn() -> Resp>,
+}
+
+impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
+    /// Blocks until the response arrives (or the call fails).
+    pub fn wait(mut self) -> Result<Response<Resp>, Status> {
+        match std::mem::replace(&mut self.state, FutureState::Done) {
+            FutureState::Pending(mut started) => {
+                // It waits (or drives) below; a poll before counted it as a waiter.
+                if std::mem::take(&mut started.counted_waiting) {
+                    started.endpoint.end_waiting();
+                }
+                let result = started.wait(self.client.inner.config.spin, self.method);
+                self.client.finish(result)
+            }
+            FutureState::Stream { mut responses, .. } => {
+                let result = responses.wait_unary();
+                self.client.counted(result)
+            }
+            FutureState::Failed(status) => self.client.finish(Err(status.expect("polled once"))),
+            FutureState::Done => Err(Status::failed_precondition("response already taken")),
+        }
+    }
+}
+
+// The future never relies on its fields staying in place (nothing is pin-projected).
+impl<Resp> Unpin for ResponseFuture<Resp> {}
+
+impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
+    type Output = Result<Response<Resp>, Status>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let outcome = match &mut this.state {
+            FutureState::Pending(started) => match started.cell.outcome.poll_take(cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => {
+                    // Its waker relies on somebody else polling (see `Endpoint::waiting`).
+                    if !started.counted_waiting {
+                        started.counted_waiting = true;
+                        started.endpoint.begin_waiting();
+                    }
+                    return Poll::Pending;
+                }
+            },
+            FutureState::Stream {
+                responses,
+                headers,
+                message,
+            } => {
+                let result = match responses.poll_unary(headers, message, cx) {
+                    Poll::Ready(result) => result,
+                    Poll::Pending => return Poll::Pending,
+                };
+                this.state = FutureState::Done;
+                return Poll::Ready(this.client.counted(result));
+            }
+            FutureState::Failed(status) => Err(status.take().expect("polled after completion")),
+            FutureState::Done => panic!("ResponseFuture polled after completion"),
+        };
+        this.state = FutureState::Done;
+        Poll::Ready(this.client.finish(outcome))
+    }
+}
+
+impl<Resp> Drop for ResponseFuture<Resp> {
+    fn drop(&mut self) {
+        if let FutureState::Pending(started) = &self.state {
+            if !started.cell.outcome.is_complete() {
+                started.conn.submit(Work::Cancel {
+                    caller: Caller::Unary(Arc::clone(&started.cell)),
+                    status: Status::cancelled("the response future was dropped"),
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! A link plus its protocol state. The state lives in a [`Serializer`]: one thread at a time
+//! drives it (the poller with a completion, a caller starting a call, a handler replying),
+//! and a thread that finds it busy leaves its work to that owner instead of waiting. No lock
+//! is held across a post, a park or user code: handlers run and calls complete as
+//! [`Delivery`]s, after the owner let go of the state.
+//!
+//! Data flows one way: completion → owner → protocol core → delivery (handler or waiting
+//! call) → protocol core (reply) → post.
+
+mod receive;
+mod send;
+mod work;
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use foldhash::{HashMap, HashMapExt};
+use rpc_sync::{assert_unlocked, Serializer};
+
+pub(crate) use self::work::{Caller, Delivery, OpenCall, Work};
+use super::call::{CallCell, Encode, Payload, RequestDelivery, SlotRelease};
+use super::held_sends;
+use super::stream::{Cancel, StreamShared};
+use super::Counters;
+use crate::codegen::MethodKind;
+use crate::protocol::v2::{
+    flags, Connection, ConnectionMemory, Hello, Keepalive, Kind, Outgoing, Payload as Body, Role,
+    SendError, HEADER_LEN,
+};
+use crate::transport::{Link, SendBuf};
+use crate::{MetadataMap, Status};
+
+/// What the protocol core keeps per call.
+#[derive(Clone)]
+pub(crate) enum CallRef {
+    /// Client, unary: where the outcome goes.
+    Waiter(Arc<CallCell>),
+    /// Server, unary: a call handed to its handler, and the handler's task once it awaits
+    /// (cancelled with the call).
+    Served(Option<Arc<dyn Cancel>>),
+    /// Either side: a streaming call.
+    Stream(Arc<StreamShared>),
+}
+
+type Core = Connection<CallRef, SendBuf>;
+
+/// Server: a call of a unary-request method (unary, server streaming) waiting for its
+/// half-close (PROTOCOL.md §16.1: exactly one request message; a second one, or none, is
+/// answered INTERNAL).
+struct Awaiting {
+    method: u32,
+    /// The method's kind (unary or server streaming), looked up when the call opened.
+    kind: MethodKind,
+    deadline: Option<Instant>,
+    headers: MetadataMap,
+    /// The request message, once it arrived without the half-close.
+    message: Option<Payload>,
+}
+
+/// Client, unary: what arrived before the call's END (a server that sends headers or
+/// trailers answers HEADERS, MESSAGE, END instead of one MESSAGE with END).
+#[derive(Default)]
+struct PartialReply {
+    headers: MetadataMap,
+    message: Option<Payload>,
+}
+
+/// The state one thread at a time works on.
+pub(crate) struct Owned {
+    core: Core,
+    /// Server: unary-request calls opened but not yet half-closed. Bounded by `max_calls`,
+    /// and each held message by `max_message_size` (a client's half-close normally comes
+    /// with its message, which is then served at once and never held).
+    awaiting_message: HashMap<u64, Awaiting>,
+    /// Client: unary calls whose headers or message came before their END. Bounded by
+    /// `max_calls`, each message by `max_message_size`.
+    replies: HashMap<u64, PartialReply>,
+    /// Streams whose last message is queued in the core: their sender waits until it left.
+    /// Bounded by `max_calls`.
+    blocked: Vec<Arc<StreamShared>>,
+    /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
+    /// (as gRPC queues streams beyond MAX_CONCURRENT_STREAMS). Bounded by what the
+    /// application has started and not given up.
+    waiting: std::collections::VecDeque<OpenCall>,
+    closed: bool,
+}
+
+impl Owned {
+    /// Drops what the runtime keeps of a call beside the core (a unary request waiting for
+    /// its half-close, a unary reply waiting for its END): the call ended.
+    fn forget(&mut self, call: u64) {
+        self.awaiting_message.remove(&call);
+        self.replies.remove(&call);
+    }
+}
+
+/// How a connection hands requests to services.
+pub(crate) trait Dispatch: Send + Sync + 'static {
+    /// The kind of method `method`, or `None` when no service has it.
+    fn kind(&self, method: u32) -> Option<MethodKind>;
+    fn request(&self, conn: &Arc<Conn>, request: RequestDelivery);
+}
+
+/// A link and its protocol state.
+pub(crate) struct Conn {
+    /// This connection, for payloads that outlive the delivery that made them.
+    me: std::sync::Weak<Conn>,
+    pub(crate) link: Arc<dyn Link>,
+    pub(crate) peer: Arc<str>,
+    /// The peer's HELLO (fixed for the connection's life).
+    pub(crate) peer_hello: Hello,
+    /// Our HELLO.
+    pub(crate) local_hello: Hello,
+    /// Payload bytes of a frame to the peer.
+    pub(crate) max_segment: usize,
+    state: Serializer<Owned, Work>,
+    dispatch: Option<Arc<dyn Dispatch>>,
+    pub(crate) counters: Arc<Counters>,
+    closed: AtomicBool,
+    /// A server's connection: frames posted inside [`holding_sends`] are held for one batch.
+    serving: bool,
+    /// Server: some call has a deadline to watch (the endpoint's tick looks only at these).
+    deadlines_pending: AtomicBool,
+    /// The core's owed credits as of the end of the last step: a thread that releases a
+    /// receive slot asks the owner to look at the credits only when these and the re-posts
+    /// not yet taken reach `credit_threshold` (a CREDIT frame may be due); below it, the
+    /// credits travel on the next frame out. Spares a serializer round per received message.
+    owed_credits: AtomicU32,
+    /// [`Connection::credit_threshold`](crate::protocol::v2::Connection::credit_threshold).
+    credit_threshold: u32,
+}
+
+impl Conn {
+    pub(crate) fn new(
+        link: Arc<dyn Link>,
+        role: Role,
+        dispatch: Option<Arc<dyn Dispatch>>,
+        counters: Arc<Counters>,
+        memory: ConnectionMemory,
+        keepalive: Option<Keepalive>,
+        stall_timeout: Option<Duration>,
+    ) -> Arc<Conn> {
+        let local = link.local_hello();
+        let peer = link.peer_hello();
+        let mut core = Connection::new(role, local, peer, link.send_slot_size());
+        core.set_memory(memory);
+        core.set_keepalive(keepalive);
+        core.set_stall_timeout(stall_timeout);
+        Arc::new_cyclic(|me| Conn {
+            me: me.clone(),
+            peer: link.peer_name().into(),
+            serving: role == Role::Server,
+            peer_hello: peer,
+            local_hello: local,
+            max_segment: core.max_segment(),
+            credit_threshold: core.credit_threshold(),
+            deadlines_pending: AtomicBool::new(false),
+            owed_credits: AtomicU32::new(0),
+            link,
+            state: Serializer::new(Owned {
+                core,
+                awaiting_message: HashMap::new(),
+                replies: HashMap::new(),
+                blocked: Vec::new(),
+                waiting: std::collections::VecDeque::new(),
+                closed: false,
+            }),
+            dispatch,
+            counters,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Tears the link down; a `Closed` completion follows and fails the calls.
+    pub(crate) fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.link.close();
+        }
+    }
+
+    /// Runs `work` now or leaves it to the thread that owns the state; deliveries run here.
+    pub(crate) fn submit(self: &Arc<Self>, work: Work) {
+        self.state.submit(
+            work,
+            |owned, work| self.step(owned, work),
+            |delivery| self.deliver(delivery),
+        );
+    }
+
+    /// Encodes `message` as the payload of a `kind` frame: straight into a send slot when it
+    /// fits one frame and a slot is free (the one copy), else into a buffer the core cuts
+    /// into segments.
+    pub(crate) fn encode(&self, kind: Kind, fl: u16, message: &dyn Encode) -> Outgoing<SendBuf> {
+        let len = message.encoded_len();
+        let payload = match (len <= self.max_segment).then(|| self.link.alloc_send()) {
+            Some(Some(mut buf)) => {
+                message.encode_into(&mut buf[HEADER_LEN..HEADER_LEN + len]);
+                Body::InBuffer(buf, len)
+            }
+            _ => Body::Bytes(message.encode_to_vec(len)),
+        };
+        Outgoing {
+            kind,
+            flags: fl,
+            code: 0,
+            payload,
+        }
+    }
+
+    /// Posts one frame, at once or (`batched`) held by the link until `flush_sends`; `false`
+    /// if the link failed (it is then closed).
+    fn post(&self, buf: SendBuf, len: usize, batched: bool) -> bool {
+        assert_unlocked("posting a frame");
+        self.counters.sent(len);
+        let posted = if batched || self.held_here() {
+            self.link.post_send_batched(buf, len)
+        } else {
+            self.link.post_send(buf, len)
+        };
+        match posted {
+            Ok(()) => true,
+            Err(e) => {
+                self.send_failed(&e);
+                false
+            }
+        }
+    }
+
+    fn send_failed(&self, e: &crate::Error) {
+        tracing::warn!(peer = %self.peer, error = %e, "send failed; closing the connection");
+        self.close();
+    }
+
+    fn post_result(
+        &self,
+        sent: Result<Option<(SendBuf, usize)>, SendError>,
+    ) -> Result<(), SendError> {
+        match sent {
+            Ok(Some((buf, len))) => {
+                self.post(buf, len, false);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Posts what the core has ready, while send slots last, as one batch (over TCP: one
+    /// write for all the segments of a message).
+    fn transmit(&self, owned: &mut Owned) {
+        let mut posted = false;
+        while owned.core.wants_transmit() {
+            match owned.core.poll_transmit(&mut || self.link.alloc_send()) {
+                Some((buf, len)) => {
+                    if !self.post(buf, len, true) {
+                        return;
+                    }
+                    posted = true;
+                }
+                None => break,
+            }
+        }
+        if posted && !self.held_here() {
+            if let Err(e) = self.link.flush_sends() {
+                self.send_failed(&e);
+            }
+        }
+    }
+
+    /// Whether this thread holds this connection's frames back for now (see
+    /// [`held_sends::holding_sends`]); if so, its link is flushed when the holding ends.
+    fn held_here(&self) -> bool {
+        self.serving && held_sends::hold(&self.link)
+    }
+
+    /// One work item, on the owning thread; what it delivers is settled (see
+    /// [`Delivery::settle`]).
+    fn step(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
+        if owned.closed {
+            let mut delivery = match work {
+                Work::Open(call) => Some(call.caller.fail(closed_status())),
+                Work::Send { stream, .. } | Work::HalfClose(stream) => {
+                    Some(Delivery::Ready(stream))
+                }
+                _ => None,
+            };
+            Delivery::settle_in_place(&mut delivery);
+            return delivery;
+        }
+        self.take_reposted(owned);
+        let received = matches!(work, Work::Frame(_));
+        let mut delivery = match work {
+            Work::Frame(buf) => self.on_frame(owned, buf),
+            Work::Open(call) => {
+                if owned.waiting.is_empty() {
+                    self.open(owned, call)
+                } else {
+                    // Behind calls already waiting: keep the order.
+                    owned.waiting.push_back(call.detached());
+                    None
+                }
+            }
+            Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
+            Work::HalfClose(stream) => {
+                self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
+            }
+            Work::Headers { call, block } => {
+                let frame = block_frame(Kind::Headers, block);
+                let _ = self.post_result(owned.core.send(call, frame, 0, 0));
+                None
+            }
+            Work::Reply {
+                call,
+                frame,
+                headers,
+                trailers,
+            } => {
+                self.reply(owned, call, frame, headers, trailers);
+                None
+            }
+            Work::End { call, status } => {
+                self.end_call(owned, call, &status);
+                None
+            }
+            Work::Cancel { caller, status } => self.cancel(owned, caller, status),
+            Work::Consumed { stream, bytes } => {
+                owned.core.consumed(stream.id(), bytes);
+                None
+            }
+            Work::Attach { call, task } => {
+                if owned
+                    .core
+                    .set_user(call, CallRef::Served(Some(Arc::clone(&task))))
+                {
+                    None
+                } else {
+                    // Cancelled (or over) before the task was attached.
+                    Some(Delivery::CancelTask(task))
+                }
+            }
+            Work::Timeout(now) => self.on_timeout(owned, now),
+            Work::Flush => None,
+            Work::Goodbye => {
+                owned.core.goodbye();
+                None
+            }
+            Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
+        };
+        if !owned.waiting.is_empty() {
+            self.open_waiting(owned, &mut delivery);
+        }
+        if received {
+            // The frame's slot, if it was released (its message copied out), counts now.
+            self.take_reposted(owned);
+        }
+        self.transmit(owned);
+        self.publish_owed(owned);
+        if !owned.blocked.is_empty() {
+            self.release_senders(owned, &mut delivery);
+        }
+        Delivery::settle_in_place(&mut delivery);
+        delivery
+    }
+
+    fn take_reposted(&self, owned: &mut Owned) {
+        let reposted = self.link.take_reposted();
+        if reposted > 0 {
+            owned.core.released(reposted);
+        }
+    }
+
+    /// Publishes the owed credits for [`Conn::slot_released`], then looks once more at the
+    /// re-posts not yet taken: one released after this step took them may have read the
+    /// previous figure and left its credit to this step.
+    fn publish_owed(&self, owned: &mut Owned) {
+        loop {
+            let owed = owned.core.owed();
+            // Pairs with `slot_released`: the releaser counts its re-post, then reads this;
+            // here the figure is stored, then the re-posts read, each pair split by a SeqCst
+            // fence. One of the two sees the other, so a credit that makes a CREDIT due is
+            // never left unseen by both (the loom model `credits_due_are_never_left_unsent`).
+            self.owed_credits.store(owed, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let pending = self.link.reposted_pending();
+            if pending == 0 || owed.saturating_add(pending) < self.credit_threshold {
+                return;
+            }
+            self.take_reposted(owned);
+            self.transmit(owned);
+            let owed = owned.core.owed();
+            if owed >= self.credit_threshold {
+                // No CREDIT could go (no send credit left): the frame that brings one back
+                // runs a step, which sends it. Meanwhile every release asks again.
+                self.owed_credits.store(owed, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+}
+
+impl SlotRelease for Conn {
+    /// A receive slot of this connection was re-posted (its message consumed or copied
+    /// out): the owner looks at the credits if a CREDIT frame may be due.
+    fn slot_released(self: Arc<Self>) {
+        // After the re-post was counted (see `publish_owed`).
+        fence(Ordering::SeqCst);
+        let pending = self.link.reposted_pending();
+        if pending.saturating_add(self.owed_credits.load(Ordering::SeqCst)) >= self.credit_threshold
+        {
+            self.submit(Work::Flush);
+        }
+    }
+}
+
+impl Conn {
+    fn fail_all(&self, owned: &mut Owned, reason: &str) -> Delivery {
+        owned.closed = true;
+        self.closed.store(true, Ordering::Release);
+        let status = Status::unavailable(format!("connection to {} lost: {reason}", self.peer));
+        let mut failed: Vec<Delivery> = owned
+            .core
+            .drain_calls()
+            .into_iter()
+            .filter_map(|(_, user)| call_ended(user, status.clone()))
+            .collect();
+        failed.extend(
+            owned
+                .waiting
+                .drain(..)
+                .map(|w| w.caller.fail(status.clone())),
+        );
+        failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
+        owned.awaiting_message.clear();
+        owned.replies.clear();
+        Delivery::Batch(failed)
+    }
+
+    /// Runs a delivery: no state is owned here, so handlers may take their time and calls
+    /// on this connection go on meanwhile.
+    fn deliver(self: &Arc<Self>, delivery: Delivery) {
+        match delivery {
+            Delivery::Request(request) => {
+                assert_unlocked("calling a handler");
+                match &self.dispatch {
+                    Some(d) => d.request(self, request),
+                    None => self.submit(Work::End {
+                        call: request.call,
+                        status: Status::unimplemented("this endpoint serves no methods"),
+                    }),
+                }
+            }
+            Delivery::Complete { cell, result } => cell.complete(result),
+            // `settle` turned these into the ones below before the state was let go.
+            Delivery::Push { .. } | Delivery::HalfClosed(_) | Delivery::End { .. } => {
+                unreachable!("a stream delivery that was not settled")
+            }
+            Delivery::Woken(wake) => {
+                if wake.wake() {
+                    super::woke_a_thread();
+                }
+            }
+            Delivery::Unread { stream, len } => {
+                // Nobody reads the stream any more: its window comes back at once.
+                stream.consumed(&super::port::Port::Conn(Arc::clone(self)), &stream, len);
+            }
+            Delivery::Ended {
+                stream,
+                wake,
+                cancelled,
+            } => {
+                if wake.wake() {
+                    super::woke_a_thread();
+                }
+                stream.finish();
+                if cancelled {
+                    stream.cancel_task();
+                }
+            }
+            Delivery::Ready(stream) => {
+                if stream.send_ready.raise() {
+                    super::woke_a_thread();
+                }
+            }
+            Delivery::CancelTask(task) => task.cancel(),
+            Delivery::Batch(all) => {
+                for d in all {
+                    self.deliver(d);
+                }
+            }
+        }
+    }
+}
+
+/// A HEADERS frame (a metadata block) or a client's END (empty) of a call.
+pub(crate) fn block_frame(kind: Kind, block: Vec<u8>) -> Outgoing<SendBuf> {
+    Outgoing {
+        kind,
+        flags: 0,
+        code: 0,
+        payload: Body::Bytes(block),
+    }
+}
+
+/// What to tell whoever waits on a call that ended with `status` (lost, cancelled,
+/// refused).
+fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
+    match user {
+        CallRef::Waiter(cell) => Some(Delivery::Complete {
+            cell,
+            result: Err(status),
+        }),
+        CallRef::Stream(stream) => Some(Delivery::End {
+            stream,
+            end: Err(status),
+        }),
+        CallRef::Served(Some(task)) => Some(Delivery::CancelTask(task)),
+        CallRef::Served(None) => None,
+    }
+}
+
+pub(crate) fn closed_status() -> Status {
+    Status::unavailable("the connection is closed")
+}
+
+/// The flags of a unary call's single message: it ends the sender's side.
+pub(crate) const UNARY: u16 = flags::END;

@@ -1,0 +1,560 @@
+//! Received frames: what the core's events mean for handlers and waiting calls.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::super::call::{
+    out_of_memory, Payload, Reply, RequestBody, RequestDelivery, SlotRelease,
+};
+use super::super::stream::{Incoming, Received, StreamShared};
+use super::{call_ended, Awaiting, CallRef, Conn, Delivery, Owned, PartialReply};
+use crate::codegen::MethodKind;
+use crate::protocol::v2::{metadata, Connection, ConnectionMemory, Event, Reservation, Role};
+use crate::transport::RecvBuf;
+use crate::{Code, MetadataMap, Status};
+
+impl Conn {
+    pub(super) fn on_frame(&self, owned: &mut Owned, buf: RecvBuf) -> Option<Delivery> {
+        self.counters.received(buf.len());
+        let event = match owned.core.handle_frame(&buf, Instant::now) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, error = %e, "protocol violation; disconnecting the peer");
+                drop(buf);
+                self.close();
+                return Some(self.fail_all(owned, &e.to_string()));
+            }
+        };
+        // Everything the event borrows from the frame becomes an owned value or a range.
+        match event {
+            Event::Message {
+                call,
+                opened,
+                body,
+                end,
+                ended,
+                held,
+            } => {
+                let body = Span::of(&buf, body, held);
+                match owned.core.role() {
+                    Role::Client => self.client_message(owned, call, body, buf, ended),
+                    Role::Server => self.server_message(owned, call, opened, body, buf, end),
+                }
+            }
+            Event::Opened {
+                call,
+                method,
+                headers,
+                ..
+            } => {
+                let metadata = MetadataMap::from_block(&headers);
+                drop(buf);
+                let deadline = self.served_deadline(owned, call);
+                match self.method_kind(method) {
+                    None => {
+                        self.unknown_method(owned, call, method);
+                        None
+                    }
+                    Some(kind) if receives_stream(kind) => {
+                        Some(self.serve_stream(owned, call, method, deadline, metadata))
+                    }
+                    Some(kind) => {
+                        owned.awaiting_message.insert(
+                            call,
+                            Awaiting {
+                                method,
+                                kind,
+                                deadline,
+                                headers: metadata,
+                                message: None,
+                            },
+                        );
+                        None
+                    }
+                }
+            }
+            Event::HalfClosed { call } => {
+                drop(buf);
+                match owned.awaiting_message.remove(&call) {
+                    Some(mut awaiting) => match awaiting.message.take() {
+                        Some(payload) => Some(self.serve(owned, call, awaiting, payload)),
+                        None => {
+                            let status =
+                                Status::internal("a unary call ended without a request message");
+                            self.end_call(owned, call, &status);
+                            None
+                        }
+                    },
+                    None => match owned.core.user(call) {
+                        Some(CallRef::Stream(s)) => Some(Delivery::HalfClosed(Arc::clone(s))),
+                        _ => None,
+                    },
+                }
+            }
+            Event::Headers { call, headers } => {
+                let metadata = MetadataMap::from_block(&headers);
+                drop(buf);
+                match owned.core.user(call) {
+                    Some(CallRef::Stream(s)) => Some(Delivery::Push {
+                        stream: Arc::clone(s),
+                        item: Incoming::Headers(metadata),
+                    }),
+                    Some(CallRef::Waiter(_)) => {
+                        owned.replies.entry(call).or_default().headers = metadata;
+                        None
+                    }
+                    _ => None,
+                }
+            }
+            Event::Ended {
+                call,
+                code,
+                trailers,
+                user,
+            } => {
+                let status = status_from_trailers(code, &trailers);
+                drop(buf);
+                let partial = owned.replies.remove(&call);
+                match user {
+                    CallRef::Waiter(cell) => {
+                        let result = match (code, partial) {
+                            (
+                                Code::Ok,
+                                Some(PartialReply {
+                                    headers,
+                                    message: Some(payload),
+                                }),
+                            ) => Ok(Reply {
+                                payload,
+                                headers,
+                                trailers: status.metadata().clone(),
+                            }),
+                            (Code::Ok, _) => Err(Status::internal(
+                                "the server ended the call without a reply",
+                            )),
+                            _ => Err(status),
+                        };
+                        Some(Delivery::Complete { cell, result })
+                    }
+                    CallRef::Stream(stream) => {
+                        let end = if code == Code::Ok {
+                            Ok(status.metadata().clone())
+                        } else {
+                            Err(status)
+                        };
+                        Some(Delivery::End { stream, end })
+                    }
+                    CallRef::Served(_) => None,
+                }
+            }
+            Event::Cancelled {
+                call, reason, user, ..
+            } => {
+                drop(buf);
+                owned.forget(call);
+                let (code, message) = match (reason, owned.core.role()) {
+                    (Code::Ok, Role::Client) => (Code::Cancelled, "the server cancelled the call"),
+                    (code, Role::Client) => (code, "the server cancelled the call"),
+                    (Code::Ok, Role::Server) => (Code::Cancelled, "the client cancelled the call"),
+                    (code, Role::Server) => (code, "the client cancelled the call"),
+                };
+                call_ended(user, Status::new(code, message))
+            }
+            Event::Refused { call, status, user } => {
+                drop(buf);
+                owned.forget(call);
+                call_ended(user, status.into())
+            }
+            Event::Goodbye {
+                last_call,
+                unprocessed,
+            } => {
+                drop(buf);
+                tracing::debug!(peer = %self.peer, last_call, "peer said goodbye");
+                let status = Status::unavailable(format!(
+                    "{} is shutting down; the call was not processed",
+                    self.peer
+                ));
+                let failed: Vec<_> = unprocessed
+                    .into_iter()
+                    .filter_map(|(id, user)| {
+                        owned.replies.remove(&id);
+                        call_ended(user, status.clone())
+                    })
+                    .collect();
+                (!failed.is_empty()).then_some(Delivery::Batch(failed))
+            }
+            Event::None | Event::Pong { .. } => None,
+        }
+    }
+
+    /// Client: a message of a call.
+    pub(super) fn client_message(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        body: Span,
+        buf: RecvBuf,
+        ended: Option<CallRef>,
+    ) -> Option<Delivery> {
+        match ended {
+            // The last message, with END: the call ended with OK.
+            Some(CallRef::Waiter(cell)) => {
+                // Headers came first only from a server that sends metadata: no lookup
+                // otherwise.
+                let headers = if owned.replies.is_empty() {
+                    MetadataMap::new()
+                } else {
+                    owned
+                        .replies
+                        .remove(&call)
+                        .map(|p| p.headers)
+                        .unwrap_or_default()
+                };
+                Some(Delivery::Complete {
+                    cell,
+                    result: Ok(Reply {
+                        payload: body.into_payload(buf, self),
+                        headers,
+                        trailers: MetadataMap::new(),
+                    }),
+                })
+            }
+            Some(CallRef::Stream(stream)) => {
+                let message = body.copy_out(&buf, owned.core.memory());
+                drop(buf);
+                let message = match message {
+                    Ok(message) => message,
+                    // The call is over: its last message is lost, and the reader told why.
+                    Err(status) => {
+                        return Some(Delivery::End {
+                            stream,
+                            end: Err(status),
+                        })
+                    }
+                };
+                Some(Delivery::Batch(vec![
+                    Delivery::Push {
+                        stream: Arc::clone(&stream),
+                        item: Incoming::Message(message),
+                    },
+                    Delivery::End {
+                        stream,
+                        end: Ok(MetadataMap::new()),
+                    },
+                ]))
+            }
+            Some(CallRef::Served(_)) => None,
+            None => match owned.core.user(call) {
+                Some(CallRef::Stream(s)) => {
+                    let stream = Arc::clone(s);
+                    let message = body.copy_out(&buf, owned.core.memory());
+                    drop(buf);
+                    match message {
+                        Ok(message) => Some(Delivery::Push {
+                            stream,
+                            item: Incoming::Message(message),
+                        }),
+                        Err(status) => self.refuse(owned, call, status),
+                    }
+                }
+                Some(CallRef::Waiter(_)) => {
+                    // A unary reply without END waits for the status, copied out of its
+                    // slot so it holds no credit meanwhile.
+                    let payload = match body
+                        .into_payload(buf, self)
+                        .detach_within(owned.core.memory())
+                    {
+                        Ok(payload) => payload,
+                        Err(status) => return self.refuse(owned, call, status),
+                    };
+                    let partial = owned.replies.entry(call).or_default();
+                    if partial.message.replace(payload).is_some() {
+                        owned.replies.remove(&call);
+                        let status = Status::internal("a unary call got more than one response");
+                        let user = owned.core.cancel(call, Code::Internal)?;
+                        return call_ended(user, status);
+                    }
+                    None
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Server: a message of a call (`opened`: it opened the call).
+    pub(super) fn server_message(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        opened: Option<(u32, u32)>,
+        body: Span,
+        buf: RecvBuf,
+        end: bool,
+    ) -> Option<Delivery> {
+        let mut awaiting = match opened {
+            Some((method, _)) => {
+                let deadline = self.served_deadline(owned, call);
+                match self.method_kind(method) {
+                    None => {
+                        drop(buf);
+                        self.unknown_method(owned, call, method);
+                        return None;
+                    }
+                    Some(kind) if receives_stream(kind) => {
+                        let message = body.copy_out(&buf, owned.core.memory());
+                        drop(buf);
+                        let message = match message {
+                            Ok(message) => message,
+                            Err(status) => return self.refuse(owned, call, status),
+                        };
+                        let request =
+                            self.serve_stream(owned, call, method, deadline, MetadataMap::new());
+                        let stream = match &request {
+                            Delivery::Request(RequestDelivery {
+                                stream: Some(stream),
+                                ..
+                            }) => Arc::clone(stream),
+                            _ => unreachable!("serve_stream delivers a stream"),
+                        };
+                        let first = Delivery::Push {
+                            stream: Arc::clone(&stream),
+                            item: Incoming::Message(message),
+                        };
+                        let mut all = vec![request, first];
+                        if end {
+                            all.push(Delivery::HalfClosed(stream));
+                        }
+                        return Some(Delivery::Batch(all));
+                    }
+                    Some(kind) => Awaiting {
+                        method,
+                        kind,
+                        deadline,
+                        headers: MetadataMap::new(),
+                        message: None,
+                    },
+                }
+            }
+            None => match owned.awaiting_message.remove(&call) {
+                Some(awaiting) => awaiting,
+                None => {
+                    let Some(CallRef::Stream(s)) = owned.core.user(call) else {
+                        return None;
+                    };
+                    let stream = Arc::clone(s);
+                    let message = body.copy_out(&buf, owned.core.memory());
+                    drop(buf);
+                    let message = match message {
+                        Ok(message) => message,
+                        Err(status) => return self.refuse(owned, call, status),
+                    };
+                    let push = Delivery::Push {
+                        stream: Arc::clone(&stream),
+                        item: Incoming::Message(message),
+                    };
+                    if !end {
+                        return Some(push);
+                    }
+                    return Some(Delivery::Batch(vec![push, Delivery::HalfClosed(stream)]));
+                }
+            },
+        };
+        let payload = body.into_payload(buf, self);
+        if awaiting.message.is_some() {
+            let status = Status::internal("a unary call got more than one request message");
+            self.end_call(owned, call, &status);
+            return None;
+        }
+        if !end {
+            // Served at the half-close, unless a second message comes first. Copied out: a
+            // held message must not keep a slot (and its credit) from the peer.
+            match payload.detach_within(owned.core.memory()) {
+                Ok(payload) => awaiting.message = Some(payload),
+                Err(status) => return self.refuse(owned, call, status),
+            }
+            owned.awaiting_message.insert(call, awaiting);
+            return None;
+        }
+        Some(self.serve(owned, call, awaiting, payload))
+    }
+
+    /// Gives up a call whose message this side cannot hold (PROTOCOL.md §15): a server ends
+    /// it with `status`, a client cancels it and fails it with `status`.
+    pub(super) fn refuse(&self, owned: &mut Owned, call: u64, status: Status) -> Option<Delivery> {
+        tracing::debug!(peer = %self.peer, call, %status, "refusing a call");
+        owned.forget(call);
+        let user = owned.core.refuse_call(call, status.as_ref().clone())?;
+        call_ended(user, status)
+    }
+
+    /// Server: the deadline the core watches for a call that just opened, if it has one.
+    pub(super) fn served_deadline(&self, owned: &mut Owned, call: u64) -> Option<Instant> {
+        let deadline = owned.core.deadline(call)?;
+        self.deadlines_pending.store(true, Ordering::Relaxed);
+        Some(deadline)
+    }
+
+    /// Server: whether some call's deadline is watched (the endpoint ticks such connections more often).
+    pub(crate) fn deadlines_pending(&self) -> bool {
+        // A hint for the endpoint's ticks: the deadlines themselves are in the core.
+        self.deadlines_pending.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn method_kind(&self, method: u32) -> Option<MethodKind> {
+        self.dispatch.as_ref().and_then(|d| d.kind(method))
+    }
+
+    /// Server: a call of a method no service has is answered at once.
+    pub(super) fn unknown_method(&self, owned: &mut Owned, call: u64, method: u32) {
+        self.counters.call();
+        self.counters.error();
+        let status = if self.dispatch.is_some() {
+            Status::unimplemented(format!(
+                "no service on this server has a method with id {method:#010x}"
+            ))
+        } else {
+            Status::unimplemented("this endpoint serves no methods")
+        };
+        self.end_call(owned, call, &status);
+    }
+
+    /// Hands a unary-request call (`request`, whose message is `payload`) to its handler.
+    pub(super) fn serve(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        request: Awaiting,
+        payload: Payload,
+    ) -> Delivery {
+        let Awaiting {
+            method,
+            kind,
+            deadline,
+            headers: metadata,
+            message: _,
+        } = request;
+        let stream = match kind {
+            MethodKind::ServerStreaming => {
+                let stream = StreamShared::new(call, self.local_hello.call_window, true);
+                owned
+                    .core
+                    .set_user(call, CallRef::Stream(Arc::clone(&stream)));
+                Some(stream)
+            }
+            _ => {
+                owned.core.set_user(call, CallRef::Served(None));
+                None
+            }
+        };
+        Delivery::Request(RequestDelivery {
+            call,
+            method,
+            deadline,
+            metadata,
+            body: RequestBody::Message(payload),
+            stream,
+        })
+    }
+
+    /// Server: a call whose requests are a stream goes to its handler as soon as it opens.
+    pub(super) fn serve_stream(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        method: u32,
+        deadline: Option<Instant>,
+        metadata: MetadataMap,
+    ) -> Delivery {
+        let stream = StreamShared::new(call, self.local_hello.call_window, true);
+        owned
+            .core
+            .set_user(call, CallRef::Stream(Arc::clone(&stream)));
+        Delivery::Request(RequestDelivery {
+            call,
+            method,
+            deadline,
+            metadata,
+            body: RequestBody::Stream,
+            stream: Some(stream),
+        })
+    }
+}
+
+/// Whether a method's requests arrive as a stream (the handler starts at once).
+pub(super) fn receives_stream(kind: MethodKind) -> bool {
+    matches!(
+        kind,
+        MethodKind::ClientStreaming | MethodKind::BidiStreaming
+    )
+}
+
+/// The status of a server's END: its code, `grpc-message`, `grpc-status-details-bin`, and
+/// the other trailers as its metadata.
+pub(super) fn status_from_trailers(code: Code, trailers: &[u8]) -> Status {
+    let mut message = String::new();
+    let mut details = Vec::new();
+    for (name, value) in metadata::entries(trailers).flatten() {
+        match name {
+            metadata::GRPC_MESSAGE => message = metadata::percent_decode(value),
+            metadata::GRPC_STATUS_DETAILS => details = value.to_vec(),
+            _ => {}
+        }
+    }
+    Status::new(code, message)
+        .with_details(details)
+        .with_metadata(MetadataMap::from_block(trailers))
+}
+
+/// Where a message body is: a range of its frame, or reassembled bytes (with their
+/// reservation).
+pub(super) enum Span {
+    InFrame(usize, usize),
+    Owned(Vec<u8>, Option<Box<Reservation>>),
+}
+
+impl Span {
+    fn of(frame: &[u8], body: std::borrow::Cow<'_, [u8]>, held: Option<Box<Reservation>>) -> Span {
+        match body {
+            std::borrow::Cow::Borrowed(b) => {
+                let offset = b.as_ptr() as usize - frame.as_ptr() as usize;
+                Span::InFrame(offset, b.len())
+            }
+            std::borrow::Cow::Owned(v) => Span::Owned(v, held),
+        }
+    }
+
+    /// The body as bytes of its own, counted against `memory` (the frame's slot can then be
+    /// released); `Err` with RESOURCE_EXHAUSTED when a copy does not fit (PROTOCOL.md §15).
+    fn copy_out(self, frame: &[u8], memory: &ConnectionMemory) -> Result<Received, Status> {
+        match self {
+            Span::InFrame(offset, len) => {
+                let held = memory.reserve(Connection::<(), Vec<u8>>::message_cost(len) as usize);
+                match held {
+                    Some(held) => Ok(Received::new(
+                        frame[offset..offset + len].to_vec(),
+                        Some(held),
+                    )),
+                    None => Err(out_of_memory(len)),
+                }
+            }
+            Span::Owned(v, held) => Ok(Received::new(v, held.map(|h| *h))),
+        }
+    }
+
+    fn into_payload(self, buf: RecvBuf, conn: &Conn) -> Payload {
+        match self {
+            Span::InFrame(offset, len) => Payload::in_slot(
+                buf,
+                offset,
+                len,
+                conn.me.upgrade().map(|c| c as Arc<dyn SlotRelease>),
+            ),
+            Span::Owned(v, held) => {
+                drop(buf);
+                Payload::reassembled(v, held)
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Sending: opening a client's calls (and queueing them beyond the server's `max_calls`),
+//! replies and ends, streams' messages, cancels, and what the core's timers expired.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::super::stream::StreamShared;
+use super::{block_frame, call_ended, Caller, Conn, Delivery, OpenCall, Owned};
+use crate::protocol::v2::{flags, Expiry, Kind, Outgoing, Role, SendError};
+use crate::transport::SendBuf;
+use crate::{Code, MetadataMap, Status};
+
+impl Conn {
+    /// Server: a unary reply; with headers or trailers it takes three frames.
+    pub(super) fn reply(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        frame: Outgoing<SendBuf>,
+        headers: Vec<u8>,
+        trailers: MetadataMap,
+    ) {
+        let plain = headers.is_empty() && trailers.is_empty();
+        if !headers.is_empty() {
+            let headers = block_frame(Kind::Headers, headers);
+            let _ = self.post_result(owned.core.send(call, headers, 0, 0));
+        }
+        let frame = if plain {
+            frame
+        } else {
+            Outgoing {
+                flags: frame.flags & !flags::END,
+                ..frame
+            }
+        };
+        let sent = owned.core.send(call, frame, 0, 0);
+        match self.post_result(sent) {
+            // Too large for the client: tell it.
+            Err(SendError::TooLarge(why) | SendError::OutOfMemory(why)) => {
+                self.end_call(owned, call, &Status::resource_exhausted(why));
+            }
+            Ok(()) if !plain => {
+                let status = Status::new(Code::Ok, "").with_metadata(trailers);
+                self.end_call(owned, call, &status);
+            }
+            // Sent, or the call is gone (cancelled meanwhile).
+            _ => {}
+        }
+    }
+
+    /// Server: END with `status`, its metadata as trailers.
+    pub(super) fn end_call(&self, owned: &mut Owned, call: u64, status: &Status) {
+        let trailers: Vec<(&str, &[u8])> = status.metadata().iter().collect();
+        let _ = self.post_result(owned.core.end_call(call, status, &trailers));
+    }
+
+    /// A stream's frame: sent (or queued behind its window) and the sender told when it
+    /// may go on.
+    pub(super) fn send_stream(
+        &self,
+        owned: &mut Owned,
+        stream: Arc<StreamShared>,
+        frame: Outgoing<SendBuf>,
+    ) -> Option<Delivery> {
+        let id = stream.id();
+        match self.post_result(owned.core.send(id, frame, 0, 0)) {
+            Ok(()) => {
+                if owned.core.queued(id) > 0 {
+                    owned.blocked.push(stream);
+                    return None;
+                }
+            }
+            Err(SendError::TooLarge(why) | SendError::OutOfMemory(why)) => {
+                let status = Status::resource_exhausted(why);
+                match owned.core.role() {
+                    Role::Server => self.end_call(owned, id, &status),
+                    Role::Client => {
+                        owned.core.cancel(id, Code::ResourceExhausted);
+                        return Some(Delivery::End {
+                            stream,
+                            end: Err(status),
+                        });
+                    }
+                }
+                stream.finish();
+            }
+            // Over, or this side already half-closed it: the sender finds out.
+            Err(_) => stream.finish(),
+        }
+        Some(Delivery::Ready(stream))
+    }
+
+    /// Senders whose queued message left: they may go on (added to `delivery`).
+    pub(super) fn release_senders(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
+        let core = &owned.core;
+        let (ready, blocked): (Vec<_>, Vec<_>) = std::mem::take(&mut owned.blocked)
+            .into_iter()
+            .partition(|s| core.queued(s.id()) == 0);
+        owned.blocked = blocked;
+        if ready.is_empty() {
+            return;
+        }
+        let mut all: Vec<Delivery> = ready.into_iter().map(Delivery::Ready).collect();
+        all.extend(delivery.take());
+        *delivery = Some(Delivery::Batch(all));
+    }
+
+    /// Client: gives a call up; the outcome goes to its caller unless the call already
+    /// ended.
+    pub(super) fn cancel(
+        &self,
+        owned: &mut Owned,
+        caller: Caller,
+        status: Status,
+    ) -> Option<Delivery> {
+        let id = caller.id();
+        if id == 0 {
+            // Still waiting to be opened: it never reaches the server.
+            let before = owned.waiting.len();
+            owned.waiting.retain(|w| !w.caller.same(&caller));
+            return (owned.waiting.len() != before).then(|| caller.fail(status));
+        }
+        owned.replies.remove(&id);
+        let user = owned.core.cancel(id, status.code())?;
+        call_ended(user, status)
+    }
+
+    /// Opens waiting calls while the server's `max_calls` allows (what they deliver is added
+    /// to `delivery`).
+    pub(super) fn open_waiting(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
+        let mut more = Vec::new();
+        while !owned.closed
+            && !owned.waiting.is_empty()
+            && owned.core.open_calls() < owned.core.peer().max_calls
+        {
+            let call = owned.waiting.pop_front().expect("not empty");
+            if let Some(d) = self.open(owned, call) {
+                more.push(d);
+            }
+        }
+        if more.is_empty() {
+            return;
+        }
+        more.extend(delivery.take());
+        *delivery = Some(Delivery::Batch(more));
+    }
+
+    pub(super) fn open(&self, owned: &mut Owned, call: OpenCall) -> Option<Delivery> {
+        if call.deadline.is_some_and(|d| d <= Instant::now()) {
+            return Some(call.caller.fail(Status::deadline_exceeded(
+                "the deadline passed while the call waited to be sent",
+            )));
+        }
+        let id = match owned.core.open_call(call.caller.call_ref()) {
+            Ok(id) => id,
+            Err(SendError::AtCapacity) => {
+                owned.waiting.push_front(call.detached());
+                return None;
+            }
+            Err(e) => {
+                let status = match e {
+                    SendError::GoingAway => Status::unavailable(format!(
+                        "{} is shutting down and accepts no new calls (not sent)",
+                        self.peer
+                    )),
+                    other => Status::internal(format!("could not start the call: {other:?}")),
+                };
+                return Some(call.caller.fail(status));
+            }
+        };
+        let OpenCall {
+            caller,
+            method,
+            timeout_us,
+            deadline,
+            headers,
+            message,
+        } = call;
+        caller.set_id(id);
+        if let Some(d) = deadline {
+            owned.core.set_deadline(id, d);
+        }
+        let mut sent = Ok(());
+        if let Some(block) = headers {
+            let frame = block_frame(Kind::Headers, block);
+            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+        }
+        if let (Ok(()), Some(frame)) = (&sent, message) {
+            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+        }
+        match sent {
+            Ok(()) => match caller {
+                Caller::Stream(stream) if owned.core.queued(id) > 0 => {
+                    owned.blocked.push(stream);
+                    None
+                }
+                Caller::Stream(stream) => Some(Delivery::Ready(stream)),
+                Caller::Unary(_) => None,
+            },
+            Err(e) => {
+                owned.core.cancel(id, Code::Cancelled);
+                let status = match e {
+                    SendError::TooLarge(why) | SendError::OutOfMemory(why) => {
+                        Status::resource_exhausted(why)
+                    }
+                    other => Status::internal(format!("could not send the request: {other:?}")),
+                };
+                Some(caller.fail(status))
+            }
+        }
+    }
+
+    /// What the core's timers did by `now` (PROTOCOL.md §12.2, §13, §15.2), told to the
+    /// calls' callers and handlers; calls still waiting to be opened fail at their deadline
+    /// here.
+    pub(super) fn on_timeout(&self, owned: &mut Owned, now: Instant) -> Option<Delivery> {
+        let mut ended = expire_waiting(owned, now);
+        for expiry in owned.core.handle_timeout(now) {
+            match expiry {
+                Expiry::Deadline { call, user } => {
+                    owned.forget(call);
+                    let status = match owned.core.role() {
+                        Role::Client => {
+                            Status::deadline_exceeded("no response within the deadline")
+                        }
+                        Role::Server => {
+                            Status::deadline_exceeded("the deadline passed at the server")
+                        }
+                    };
+                    ended.extend(user.and_then(|user| call_ended(user, status)));
+                }
+                Expiry::Stalled { call, status, user } => {
+                    tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
+                    owned.forget(call);
+                    ended.extend(call_ended(user, status.into()));
+                }
+                Expiry::PeerSilent { silent } => {
+                    tracing::warn!(peer = %self.peer, ?silent, "keepalive: the peer went silent; closing");
+                    self.close();
+                    let reason = format!("keepalive: no frame from the peer for {silent:?}");
+                    ended.push(self.fail_all(owned, &reason));
+                    break;
+                }
+            }
+        }
+        if !owned.core.has_deadlines() {
+            self.deadlines_pending.store(false, Ordering::Relaxed);
+        }
+        (!ended.is_empty()).then_some(Delivery::Batch(ended))
+    }
+}
+
+/// Client: the calls still waiting to be opened whose deadline passed by `now`.
+pub(super) fn expire_waiting(owned: &mut Owned, now: Instant) -> Vec<Delivery> {
+    if owned.waiting.is_empty() {
+        return Vec::new();
+    }
+    let (late, waiting) = std::mem::take(&mut owned.waiting)
+        .into_iter()
+        .partition::<std::collections::VecDeque<_>, _>(|w| w.deadline.is_some_and(|d| d <= now));
+    owned.waiting = waiting;
+    late.into_iter()
+        .map(|w| {
+            w.caller.fail(Status::deadline_exceeded(
+                "the deadline passed while the call waited to be sent",
+            ))
+        })
+        .collect()
+}
