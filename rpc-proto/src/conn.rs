@@ -17,7 +17,7 @@
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -31,6 +31,7 @@ use crate::{Code, Error, WireStatus};
 
 mod timers;
 pub use timers::{Expiry, Keepalive};
+use timers::{KeepaliveStep, Timers};
 
 /// Which end of the connection this is: clients open calls, servers answer them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,7 +327,7 @@ pub struct Connection<C, P> {
     /// What the peer makes this side hold, counted against the budget (§15).
     memory: ConnectionMemory,
     /// Deadlines, keepalive, stalled reassembly.
-    timers: timers::Timers,
+    timers: Timers,
 }
 
 /// Bytes a side counts for each call it may have open (§15): the call's records in the core
@@ -366,7 +367,7 @@ where
             goodbye_sent: None,
             goodbye_received: None,
             memory: ConnectionMemory::unlimited(),
-            timers: timers::Timers::default(),
+            timers: Timers::default(),
         }
     }
 
@@ -455,7 +456,7 @@ where
     /// Processes one received frame (header and payload, exactly as it arrived). An error is
     /// a protocol violation: the caller closes the connection.
     pub fn on_frame<'f>(&mut self, frame: &'f [u8]) -> Result<Event<'f, C>, Error> {
-        self.timers.frames_received += 1;
+        self.timers.frame_received();
         let h = Header::decode(frame)?;
         let needed = HEADER_LEN + h.segment_len as usize;
         if frame.len() != needed {
@@ -891,6 +892,167 @@ where
             self.calls.remove(&id);
         }
         user
+    }
+
+    // ----- time ---------------------------------------------------------------------------
+
+    /// Watches the peer with `keepalive` (`None`: never PING, never give up on silence).
+    pub fn set_keepalive(&mut self, keepalive: Option<Keepalive>) {
+        self.timers.set_keepalive(keepalive);
+    }
+
+    /// Drops a frame that made no progress in reassembly for `timeout` (`None`: never).
+    pub fn set_stall_timeout(&mut self, timeout: Option<Duration>) {
+        self.timers.set_stall_timeout(timeout);
+    }
+
+    /// [`Connection::on_frame`], and a server watches the deadline of a call the frame opened
+    /// with a timeout: `now` (called only then) tells the frame's receipt.
+    pub fn handle_frame<'f>(
+        &mut self,
+        frame: &'f [u8],
+        now: impl FnOnce() -> Instant,
+    ) -> Result<Event<'f, C>, Error> {
+        let event = self.on_frame(frame)?;
+        if let Event::Opened {
+            call, timeout_us, ..
+        }
+        | Event::Message {
+            call,
+            opened: Some((_, timeout_us)),
+            ..
+        } = event
+        {
+            if timeout_us != 0 {
+                let deadline = now() + Duration::from_micros(u64::from(timeout_us));
+                self.set_deadline(call, deadline);
+            }
+        }
+        Ok(event)
+    }
+
+    /// The call's deadline, if it is open and has one.
+    pub fn deadline(&self, call: u64) -> Option<Instant> {
+        self.calls
+            .get(&call)
+            .filter(|c| c.state == State::Open)
+            .and_then(|c| c.deadline)
+    }
+
+    /// Sets an open call's deadline: at the first [`Connection::handle_timeout`] at or after
+    /// it, the call ends with DEADLINE_EXCEEDED ([`Expiry::Deadline`]).
+    pub fn set_deadline(&mut self, call: u64, deadline: Instant) {
+        match self.calls.get_mut(&call) {
+            Some(c) if c.state == State::Open => c.deadline = Some(deadline),
+            _ => return,
+        }
+        // The server's own limit counts the calls a server watches; a client's, the server's.
+        let max_calls = match self.role {
+            Role::Server => self.local.max_calls,
+            Role::Client => self.peer.max_calls,
+        };
+        let calls = &self.calls;
+        self.timers.watch(call, deadline, max_calls, |id| {
+            calls.get(&id).is_some_and(|c| c.state == State::Open)
+        });
+    }
+
+    /// Whether some call's deadline is watched (entries of calls that ended may still count
+    /// until the next [`Connection::handle_timeout`] past them).
+    pub fn has_deadlines(&self) -> bool {
+        self.timers.has_deadlines()
+    }
+
+    /// When [`Connection::handle_timeout`] has something to do next: the earliest deadline,
+    /// the next keepalive step, the next look at a frame in reassembly; `None` when nothing
+    /// is timed. Keepalive counts only from the first `handle_timeout`.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let reassembling = self.timers.stall_timeout().is_some()
+            && self.calls.values().any(|c| c.partial.is_some());
+        self.timers.next_due(reassembling)
+    }
+
+    /// Does what is due by `now`: ends the calls whose deadline passed, drops stalled
+    /// reassembly, sends a keepalive PING or gives up on a silent peer. Frames it queues
+    /// (END, CANCEL, PING) come out of [`Connection::poll_transmit`].
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<Expiry<C>> {
+        let mut expired = Vec::new();
+        while let Some(call) = self.timers.next_expired(now) {
+            if let Some(expiry) = self.expire(call) {
+                expired.push(expiry);
+            }
+        }
+        if let Some(timeout) = self.timers.stall_timeout() {
+            expired.extend(self.expire_stalled(now, timeout));
+        }
+        match self.timers.keepalive_step(now) {
+            KeepaliveStep::Quiet => {}
+            KeepaliveStep::Ping(data) => self.ping(data),
+            KeepaliveStep::GiveUp(silent) => expired.push(Expiry::PeerSilent { silent }),
+        }
+        self.timers.ticked(now);
+        expired
+    }
+
+    /// Ends `call` at its deadline: a client cancels it, a server ends it.
+    fn expire(&mut self, call: u64) -> Option<Expiry<C>> {
+        if !self.is_open(call) {
+            return None;
+        }
+        let user = match self.role {
+            Role::Client => Some(self.cancel(call, Code::DeadlineExceeded)?),
+            Role::Server => {
+                let user = self.calls.get_mut(&call).and_then(|c| c.user.take());
+                let status =
+                    WireStatus::new(Code::DeadlineExceeded, "the deadline passed at the server");
+                // A status block goes out of `poll_transmit`, never straight back.
+                let _ = self.end_call(call, &status, &[]);
+                user
+            }
+        };
+        Some(Expiry::Deadline { call, user })
+    }
+
+    /// Drops every logical frame in reassembly that made no progress for `timeout` (§15): its
+    /// bytes are released and its call refused with RESOURCE_EXHAUSTED (a server's END, a
+    /// client's CANCEL). A frame is seen stalled from the first call that finds it
+    /// unchanged, so with calls every `tick` it goes after between `timeout` and
+    /// `timeout + tick` without progress.
+    fn expire_stalled(&mut self, now: Instant, timeout: Duration) -> Vec<Expiry<C>> {
+        let mut stalled = Vec::new();
+        for (&id, call) in self.calls.iter_mut() {
+            let Some(p) = call.partial.as_mut() else {
+                continue;
+            };
+            match p.seen {
+                Some((received, since)) if received == p.received => {
+                    if now.saturating_duration_since(since) >= timeout {
+                        stalled.push((id, p.first.kind, p.received, p.first.message_len));
+                    }
+                }
+                _ => p.seen = Some((p.received, now)),
+            }
+        }
+        stalled.sort_unstable_by_key(|s| s.0);
+        stalled
+            .into_iter()
+            .filter_map(|(id, kind, received, len)| {
+                let status = WireStatus::new(
+                    Code::ResourceExhausted,
+                    format!(
+                        "{} stalled in reassembly at {received} of {len} bytes for {timeout:?}; \
+                         dropped",
+                        kind.name()
+                    ),
+                );
+                match self.refuse(id, status) {
+                    Event::Refused { call, status, user } => {
+                        Some(Expiry::Stalled { call, status, user })
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     // ----- slots and windows -------------------------------------------------------------
