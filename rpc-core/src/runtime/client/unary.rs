@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::{CellPool, Client};
+use super::streams::headers_block;
+use super::{CellPool, Client, Native, Wire};
 use crate::codegen::MethodDescriptor;
+use crate::protocol::v2::Kind;
 use crate::runtime::call::{CallCell, Reply};
-use crate::runtime::conn::{Caller, Conn, Work};
+use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
 use crate::runtime::endpoint::Endpoint;
 use crate::runtime::streaming::Streaming;
-use crate::{MetadataMap, Response, Status};
+use crate::{MetadataMap, Request, Response, Status};
 
 /// A call in flight.
 pub(super) struct Started {
@@ -188,6 +190,135 @@ impl<Resp> Drop for ResponseFuture<Resp> {
                     status: Status::cancelled("the response future was dropped"),
                 });
             }
+        }
+    }
+}
+
+impl Client {
+    /// Starts a unary call; returns the call's cell and id, or the status it failed with.
+    fn start<Req: prost::Message>(
+        &self,
+        native: &Native,
+        method: &'static MethodDescriptor,
+        request: &Request<Req>,
+        blocking: bool,
+    ) -> Result<Started, Status> {
+        let _span = tracing::trace_span!("call", method = method.path).entered();
+        self.inner.counters.call();
+        let conn = native.conn()?;
+        let (timeout_us, deadline) = self.timing(request);
+        let cell = take_cell(&native.cells);
+        // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
+        cell.thread_waiting.store(blocking, Ordering::Release);
+        let headers = headers_block(request.metadata(), false);
+        let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
+        native.endpoint.call_started(false);
+        conn.submit(Work::Open(OpenCall {
+            caller: Caller::Unary(Arc::clone(&cell)),
+            method: method.id,
+            timeout_us,
+            deadline,
+            headers,
+            message: Some(frame),
+        }));
+        Ok(Started {
+            endpoint: Arc::clone(&native.endpoint),
+            conn,
+            cell,
+            cells: Arc::clone(&native.cells),
+            deadline,
+            counted_waiting: false,
+        })
+    }
+
+    fn finish<Resp: prost::Message + Default>(
+        &self,
+        result: Result<Reply, Status>,
+    ) -> Result<Response<Resp>, Status> {
+        let result = result.and_then(|reply| {
+            let message = Resp::decode(&*reply.payload)
+                .map_err(|e| Status::internal(format!("could not decode the response: {e}")))?;
+            Ok(Response::from_parts(reply.headers, message, reply.trailers))
+        });
+        self.counted(result)
+    }
+
+    /// Makes a unary call and blocks until its response, its deadline or the connection's
+    /// loss.
+    pub fn unary<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> Result<Response<Resp>, Status>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => return self.counted(Err(status)),
+        };
+        let native = match &self.inner.wire {
+            Wire::Native(native) => native,
+            Wire::Grpc(_) => {
+                let result = self
+                    .open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref()))
+                    .and_then(|(_, mut responses)| responses.wait_unary());
+                return self.counted(result);
+            }
+        };
+        match self.start(native, method, &request, true) {
+            Ok(started) => {
+                let result = started.wait(self.inner.config.spin, method);
+                self.finish(result)
+            }
+            Err(status) => self.finish(Err(status)),
+        }
+    }
+
+    /// Starts a unary call and returns a future of its response. The future completes from
+    /// the poller thread, so it works under any executor; [`ResponseFuture::wait`] blocks.
+    pub fn unary_async<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> ResponseFuture<Resp>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => {
+                return ResponseFuture {
+                    client: self.clone(),
+                    method,
+                    state: FutureState::Failed(Some(status)),
+                    _response: PhantomData,
+                };
+            }
+        };
+        let state = match &self.inner.wire {
+            Wire::Native(native) => match self.start(native, method, &request, false) {
+                Ok(started) => FutureState::Pending(started),
+                Err(status) => FutureState::Failed(Some(status)),
+            },
+            Wire::Grpc(_) => {
+                match self.open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref())) {
+                    Ok((_, responses)) => FutureState::Stream {
+                        responses,
+                        headers: None,
+                        message: None,
+                    },
+                    Err(status) => FutureState::Failed(Some(status)),
+                }
+            }
+        };
+        ResponseFuture {
+            client: self.clone(),
+            method,
+            state,
+            _response: PhantomData,
         }
     }
 }
