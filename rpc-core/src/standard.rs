@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use prost::Message;
 use prost_types::{DescriptorProto, EnumDescriptorProto, FileDescriptorSet};
 
-use crate::codegen::Service;
+use crate::runtime::server::Service;
 use crate::{Code, Request, Response, Status, Streaming};
 
 /// gRPC health checking (`grpc.health.v1`).

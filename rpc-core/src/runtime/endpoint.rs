@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{Exclusive, Mutex, Runnable, RwLock};
 
-use super::conn::{Conn, Dispatch, Work};
+use super::conn::{Conn, Work};
+use super::port::Dispatch;
 use super::Counters;
 use crate::protocol::v2::{ConnectionMemory, MemoryBudget, Role, CALL_RECORD};
 use crate::protocol::Keepalive;

@@ -11,6 +11,7 @@ pub(crate) mod held_sends;
 pub(crate) mod pool;
 pub(crate) mod port;
 pub mod server;
+pub(crate) mod service;
 pub(crate) mod stream;
 pub mod streaming;
 pub(crate) mod transport_select;

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use rpc_sync::{Mutex, Runnable, Schedule, WorkQueue};
 
 use super::server::{IncomingRequest, ReplySink};
-use crate::codegen::Service;
+use crate::runtime::server::Service;
 
 /// A request for a handler: queued as a plain value (no box, no allocation per request).
 pub(crate) struct Job {

@@ -5,11 +5,23 @@
 
 use std::sync::Arc;
 
+use super::call::RequestDelivery;
 use super::conn::{Caller, Conn, Work, UNARY};
 use super::grpc::GrpcCall;
+use super::service::MethodKind;
 use super::stream::{Cancel, StreamShared};
 use crate::protocol::v2::Kind;
 use crate::{MetadataMap, Response, Status};
+
+/// Where requests go in: a server's services, as its connections and its gRPC face see them.
+pub(crate) trait Dispatch: Send + Sync + 'static {
+    /// The kind of method `method`, or `None` when no service has it.
+    fn kind(&self, method: u32) -> Option<MethodKind>;
+    /// The id and kind of the method at `path` (`/package.Service/Method`).
+    fn lookup(&self, path: &str) -> Option<(u32, MethodKind)>;
+    /// Hands a request to its handler; the handler answers through `port`.
+    fn serve(&self, port: Port, peer: Arc<str>, delivery: RequestDelivery);
+}
 
 /// The far end of a call's handles. Cloning is an `Arc` clone.
 #[derive(Clone)]

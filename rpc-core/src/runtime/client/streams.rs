@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Client, Wire};
-use crate::codegen::MethodDescriptor;
 use crate::protocol::v2::Kind;
 use crate::runtime::call::Encode;
 use crate::runtime::conn::{Caller, OpenCall, Work, UNARY};
 use crate::runtime::grpc::client::GrpcChannel;
 use crate::runtime::port::Port;
+use crate::runtime::service::MethodDescriptor;
 use crate::runtime::stream::StreamShared;
 use crate::runtime::streaming::{Reader, StreamSender, Streaming};
 use crate::{MetadataMap, Request, Response, Status};

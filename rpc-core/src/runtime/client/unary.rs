@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use super::streams::headers_block;
 use super::{CellPool, Client, Native, Wire};
-use crate::codegen::MethodDescriptor;
 use crate::protocol::v2::Kind;
 use crate::runtime::call::{CallCell, Reply};
 use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
 use crate::runtime::endpoint::Endpoint;
+use crate::runtime::service::MethodDescriptor;
 use crate::runtime::streaming::Streaming;
 use crate::{MetadataMap, Request, Response, Status};
 

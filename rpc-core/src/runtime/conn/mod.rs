@@ -19,15 +19,16 @@ use foldhash::{HashMap, HashMapExt};
 use rpc_sync::{assert_unlocked, Serializer};
 
 pub(crate) use self::work::{Caller, Delivery, OpenCall, Work};
-use super::call::{CallCell, Encode, Payload, RequestDelivery, SlotRelease};
+use super::call::{CallCell, Encode, Payload, SlotRelease};
 use super::held_sends;
+use super::port::{Dispatch, Port};
 use super::stream::{Cancel, StreamShared};
 use super::Counters;
-use crate::codegen::MethodKind;
 use crate::protocol::v2::{
     flags, Connection, ConnectionMemory, Hello, Keepalive, Kind, Outgoing, Payload as Body, Role,
     SendError, HEADER_LEN,
 };
+use crate::runtime::service::MethodKind;
 use crate::transport::{Link, SendBuf};
 use crate::{MetadataMap, Status};
 
@@ -93,13 +94,6 @@ impl Owned {
         self.awaiting_message.remove(&call);
         self.replies.remove(&call);
     }
-}
-
-/// How a connection hands requests to services.
-pub(crate) trait Dispatch: Send + Sync + 'static {
-    /// The kind of method `method`, or `None` when no service has it.
-    fn kind(&self, method: u32) -> Option<MethodKind>;
-    fn request(&self, conn: &Arc<Conn>, request: RequestDelivery);
 }
 
 /// A link and its protocol state.
@@ -447,7 +441,11 @@ impl Conn {
             Delivery::Request(request) => {
                 assert_unlocked("calling a handler");
                 match &self.dispatch {
-                    Some(d) => d.request(self, request),
+                    Some(d) => d.serve(
+                        Port::Conn(Arc::clone(self)),
+                        Arc::clone(&self.peer),
+                        request,
+                    ),
                     None => self.submit(Work::End {
                         call: request.call,
                         status: Status::unimplemented("this endpoint serves no methods"),

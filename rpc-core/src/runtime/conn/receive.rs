@@ -9,8 +9,8 @@ use super::super::call::{
 };
 use super::super::stream::{Incoming, Received, StreamShared};
 use super::{call_ended, Awaiting, CallRef, Conn, Delivery, Owned, PartialReply};
-use crate::codegen::MethodKind;
 use crate::protocol::v2::{metadata, Connection, ConnectionMemory, Event, Reservation, Role};
+use crate::runtime::service::MethodKind;
 use crate::transport::RecvBuf;
 use crate::{Code, MetadataMap, Status};
 

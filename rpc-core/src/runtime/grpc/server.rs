@@ -22,10 +22,10 @@ use super::{
     metadata_from_headers, metadata_to_headers, parse_timeout, status_to_headers, Deframer,
     GrpcCall, CONTENT_TYPE,
 };
-use crate::codegen::MethodKind;
 use crate::runtime::call::{Payload, RequestBody, RequestDelivery};
+use crate::runtime::port::Dispatch;
 use crate::runtime::port::Port;
-use crate::runtime::server::Shared;
+use crate::runtime::service::MethodKind;
 use crate::runtime::stream::Incoming as Inbound;
 use crate::{Error, MetadataMap, Status};
 
@@ -53,7 +53,7 @@ pub(crate) struct GrpcFace {
 impl GrpcFace {
     /// Binds `addr` and serves `shared`'s services on it.
     pub(crate) fn start(
-        shared: Arc<Shared>,
+        shared: Arc<dyn Dispatch>,
         addr: &str,
         settings: FaceSettings,
     ) -> Result<GrpcFace, Error> {
@@ -138,7 +138,7 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every call of the face needs.
 struct Face {
-    shared: Arc<Shared>,
+    shared: Arc<dyn Dispatch>,
     max_message_size: usize,
 }
 

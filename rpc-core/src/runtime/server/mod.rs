@@ -1,53 +1,35 @@
 //! [`Server`]: several services behind one address. Requests are routed by method id;
 //! handlers run inline on the poller or on the worker pool (per service or per method).
 
+mod dispatch;
+mod handler;
+pub(crate) mod handlers;
+
 use foldhash::{HashMap, HashMapExt};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rpc_sync::assert_unlocked;
-
-use super::call::{Payload, RequestBody, RequestDelivery};
-use super::conn::{Conn, Dispatch, Work};
+use super::conn::Work;
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::server::{FaceSettings, GrpcFace};
-use super::pool::{Job, Spawner, ThreadContext, WorkerPool};
-use super::port::Port;
-use super::stream::{Cancel, StreamShared};
-use super::streaming::{Reader, StreamSender, Streaming};
+use super::pool::{ThreadContext, WorkerPool};
+use super::port::Dispatch;
+use super::service::MethodKind;
 use super::transport_select::server_transport;
 use super::{Counters, Stats};
-use crate::codegen::{MethodDescriptor, MethodKind, Service};
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{MemoryBudget, Role};
 use crate::protocol::Keepalive;
 use crate::transport::{Acceptor, RingConfig};
-use crate::{Error, Interceptor, MetadataMap, Request, Response, Status, TransportKind};
-
-/// Where a method's handler runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Execution {
-    /// On the poller thread: lowest latency, for handlers that return in microseconds and
-    /// never block. An async handler's task woken by what this server's poller received
-    /// (the credits or window its response stream waited for, its next request message)
-    /// resumes on that poller too; woken from anywhere else (a timer, another call), it
-    /// resumes on the worker pool. A blocking handler of a streaming method (generated with
-    /// `sync_handlers`) runs on the worker pool even so: it waits for its peer's window or
-    /// next request, which only the poller it would occupy could receive.
-    Inline,
-    /// On the worker pool (default): a slow handler does not stall the poller.
-    WorkerPool,
-}
-
-struct Route {
-    service: Arc<dyn Service>,
-    index: usize,
-    method: &'static MethodDescriptor,
-    execution: Execution,
-}
+use crate::{Error, Interceptor, TransportKind};
+pub use dispatch::Execution;
+use dispatch::Route;
+pub(crate) use dispatch::Shared;
+pub(crate) use handler::run_handler;
+use handler::Calls;
+pub use handler::{IncomingRequest, ReplySink, Service};
 
 /// Configures a [`Server`]: its services, where their handlers run, its ring sizes.
 pub struct ServerBuilder {
@@ -332,7 +314,7 @@ impl ServerBuilder {
         });
         let grpc = match &self.grpc_listen {
             Some(addr) => Some(GrpcFace::start(
-                Arc::clone(&shared),
+                Arc::clone(&shared) as Arc<dyn Dispatch>,
                 addr,
                 FaceSettings {
                     runtime: self.grpc_runtime.clone(),
@@ -416,365 +398,6 @@ fn accept_loop(
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "a connection attempt failed"),
         }
-    }
-}
-
-/// What the poller, the gRPC face and the handlers share.
-pub(crate) struct Shared {
-    routes: HashMap<u32, Route>,
-    /// Method ids and kinds by path, for the gRPC face.
-    paths: HashMap<&'static str, (u32, MethodKind)>,
-    interceptor: Option<SharedInterceptor>,
-    pool: WorkerPool,
-    calls: Arc<Calls>,
-}
-
-/// What a server's calls share with it: one `Arc` in each call's [`ReplySink`].
-pub(crate) struct Calls {
-    counters: Arc<Counters>,
-    /// Calls handed to a handler and not answered yet (their sinks not dropped).
-    in_flight: AtomicUsize,
-    /// Where woken handler tasks go.
-    spawner: Spawner,
-}
-
-impl Dispatch for Shared {
-    fn kind(&self, method: u32) -> Option<MethodKind> {
-        self.routes.get(&method).map(|r| r.method.kind)
-    }
-
-    fn request(&self, conn: &Arc<Conn>, delivery: RequestDelivery) {
-        self.serve(
-            Port::Conn(Arc::clone(conn)),
-            Arc::clone(&conn.peer),
-            delivery,
-        );
-    }
-}
-
-impl Shared {
-    /// The id and kind of the method at `path` (`/package.Service/Method`).
-    pub(crate) fn lookup(&self, path: &str) -> Option<(u32, MethodKind)> {
-        self.paths.get(path).copied()
-    }
-
-    /// Runs (or queues) the handler of a request that arrived on `port` from `peer`.
-    pub(crate) fn serve(&self, port: Port, peer: Arc<str>, delivery: RequestDelivery) {
-        let counters = &self.calls.counters;
-        counters.call();
-        let RequestDelivery {
-            call,
-            method,
-            deadline,
-            metadata,
-            body,
-            stream,
-        } = delivery;
-        let refuse = |status: Status| {
-            counters.error();
-            port.end(call, status);
-        };
-        let Some(route) = self.routes.get(&method) else {
-            drop(body);
-            refuse(Status::unimplemented(format!(
-                "no service on this server has a method with id {method:#010x}"
-            )));
-            return;
-        };
-        if deadline.is_some_and(|d| d <= Instant::now()) {
-            drop(body);
-            refuse(Status::deadline_exceeded(
-                "deadline passed before the handler ran",
-            ));
-            return;
-        }
-        let metadata = match &self.interceptor {
-            None => metadata,
-            Some(interceptor) => {
-                let head = Request::from_incoming((), metadata, deadline, Arc::clone(&peer));
-                match interceptor.apply(head) {
-                    Ok(mut head) => std::mem::take(head.metadata_mut()),
-                    Err(status) => {
-                        drop(body);
-                        refuse(status);
-                        return;
-                    }
-                }
-            }
-        };
-        self.calls.in_flight.fetch_add(1, Ordering::AcqRel);
-        let body = match body {
-            RequestBody::Message(payload) => Requests::Message(payload),
-            RequestBody::Stream => Requests::Stream(
-                Arc::clone(
-                    stream
-                        .as_ref()
-                        .expect("a stream body comes with its stream"),
-                ),
-                port.clone(),
-            ),
-        };
-        let request = IncomingRequest {
-            body,
-            method: route.method,
-            deadline,
-            metadata,
-            peer,
-        };
-        let reply = ReplySink {
-            port,
-            id: call,
-            method: route.method,
-            calls: Arc::clone(&self.calls),
-            stream,
-            done: false,
-            inline: route.execution == Execution::Inline,
-        };
-        match route.execution {
-            Execution::Inline => run_handler(&*route.service, route.index, request, reply),
-            Execution::WorkerPool => {
-                let job = Job {
-                    service: Arc::clone(&route.service),
-                    index: route.index,
-                    request,
-                    reply,
-                };
-                if let Some(job) = self.pool.execute(job) {
-                    // The queue is full: answer at once rather than queue without bound.
-                    drop(job.request);
-                    job.reply.fail(Status::unavailable(
-                        "the server is overloaded: its handler queue is full",
-                    ));
-                }
-            }
-        }
-    }
-}
-
-pub(crate) fn run_handler(
-    service: &dyn Service,
-    index: usize,
-    request: IncomingRequest,
-    reply: ReplySink,
-) {
-    let path = request.method.path;
-    let _span = tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer)
-        .entered();
-    assert_unlocked("calling a handler");
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
-        log_panic(path, &*panic);
-    }
-}
-
-fn log_panic(path: &str, panic: &(dyn std::any::Any + Send)) {
-    let what = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    tracing::error!(method = path, panic = %what, "handler panicked; answered INTERNAL");
-}
-
-/// A request as a service's `call` receives it: its message (undecoded, still in its
-/// receive slot) or its message stream, and the call's metadata.
-pub struct IncomingRequest {
-    body: Requests,
-    method: &'static MethodDescriptor,
-    deadline: Option<Instant>,
-    metadata: MetadataMap,
-    peer: Arc<str>,
-}
-
-/// The messages of an [`IncomingRequest`].
-enum Requests {
-    /// The one message of a unary-request method.
-    Message(Payload),
-    /// The request stream of a client-streaming or bidirectional method, and where its
-    /// reader returns window.
-    Stream(Arc<StreamShared>, Port),
-}
-
-impl IncomingRequest {
-    /// The method being called.
-    pub fn method(&self) -> &'static MethodDescriptor {
-        self.method
-    }
-
-    /// The request metadata.
-    pub fn metadata(&self) -> &MetadataMap {
-        &self.metadata
-    }
-
-    /// Decodes the one request message in place and releases the receive slot. An
-    /// undecodable message gives INVALID_ARGUMENT; a method whose requests are a stream
-    /// gives INTERNAL (use [`IncomingRequest::into_streaming`]).
-    pub fn decode<M: prost::Message + Default>(self) -> Result<Request<M>, Status> {
-        let Requests::Message(payload) = &self.body else {
-            return Err(Status::internal(format!(
-                "{}: the requests of this method are a stream",
-                self.method.path
-            )));
-        };
-        let message = M::decode(&**payload).map_err(|e| {
-            Status::invalid_argument(format!(
-                "{}: could not decode the request: {e}",
-                self.method.path
-            ))
-        })?;
-        drop(self.body);
-        Ok(Request::from_incoming(
-            message,
-            self.metadata,
-            self.deadline,
-            self.peer,
-        ))
-    }
-
-    /// The request stream of a client-streaming or bidirectional method (for a method with
-    /// one request, a stream of that one message).
-    pub fn into_streaming<M: prost::Message + Default>(self) -> Request<Streaming<M>> {
-        let streaming = match self.body {
-            Requests::Stream(shared, port) => {
-                Streaming::new(shared, Some(port), Reader::Server, self.method.path)
-            }
-            Requests::Message(payload) => {
-                // One message, already complete: a stream of its own (no window to return).
-                let shared = StreamShared::new(0, u32::MAX, false);
-                shared
-                    .inbox
-                    .push(super::stream::Incoming::Message(payload.into_received()));
-                shared
-                    .inbox
-                    .close(Some(super::stream::Incoming::End(Ok(MetadataMap::new()))));
-                Streaming::new(shared, None, Reader::Server, self.method.path)
-            }
-        };
-        Request::from_incoming(streaming, self.metadata, self.deadline, self.peer)
-    }
-}
-
-/// Sends a call's answer: one message (or a stream of them), or a status. A sink dropped
-/// without an answer (a handler that panicked) answers INTERNAL.
-pub struct ReplySink {
-    port: Port,
-    id: u64,
-    method: &'static MethodDescriptor,
-    calls: Arc<Calls>,
-    stream: Option<Arc<StreamShared>>,
-    done: bool,
-    /// The method runs inline ([`Execution::Inline`]): its task, woken while a poller of
-    /// this server polls, runs there too.
-    inline: bool,
-}
-
-impl ReplySink {
-    /// Answers a unary-response call with `response`: its headers, message and trailers
-    /// (RESOURCE_EXHAUSTED instead if the caller would not accept the message's size).
-    pub fn send<M: prost::Message>(mut self, response: Response<M>) {
-        self.done = true;
-        let limit = self.port.max_message_size();
-        let len = response.get_ref().encoded_len();
-        if len > limit {
-            self.fail_inner(Status::resource_exhausted(format!(
-                "{}: response of {len} bytes exceeds the client's limit of {limit} bytes",
-                self.method.path
-            )));
-            return;
-        }
-        self.port.reply(self.id, response);
-    }
-
-    /// Answers with a status (its metadata as trailers).
-    pub fn fail(mut self, status: Status) {
-        self.done = true;
-        self.fail_inner(status);
-    }
-
-    fn fail_inner(&self, status: Status) {
-        self.calls.counters.error();
-        self.port.end(self.id, status);
-    }
-
-    /// Whether the client cancelled the call (or its connection was lost): a handler may
-    /// stop early. Known for streaming methods and for every call of the gRPC face; a unary
-    /// call over verbs or TCP learns of its cancellation differently: an async handler's
-    /// future is dropped.
-    pub fn is_cancelled(&self) -> bool {
-        self.stream.as_ref().is_some_and(|s| s.is_cancelled())
-    }
-
-    /// Streaming responses: the response headers (sent before the first message).
-    pub(crate) fn send_headers(&self, headers: &MetadataMap) {
-        self.port.headers(self.id, headers);
-    }
-
-    /// Streaming responses: the sender of the messages.
-    pub(crate) fn sender(&self) -> Option<StreamSender> {
-        self.stream.as_ref().map(|shared| StreamSender {
-            shared: Arc::clone(shared),
-            port: self.port.clone(),
-            path: self.method.path,
-        })
-    }
-
-    /// Streaming responses: ends the call with OK and `trailers`.
-    pub(crate) fn finish(mut self, trailers: MetadataMap) {
-        self.done = true;
-        self.port.end(
-            self.id,
-            Status::new(crate::Code::Ok, "").with_metadata(trailers),
-        );
-    }
-
-    /// The call is over without an answer of ours (the client cancelled it).
-    pub(crate) fn abandon(mut self) {
-        self.done = true;
-    }
-
-    /// Where the call's handler task goes when woken.
-    pub(crate) fn spawner(&self) -> Spawner {
-        self.calls.spawner.with_inline(self.inline)
-    }
-
-    /// Cancels `task` when the call is cancelled (from now on).
-    pub(crate) fn canceller(&self) -> TaskCanceller {
-        TaskCanceller {
-            port: self.port.clone(),
-            id: self.id,
-            stream: self.stream.clone(),
-        }
-    }
-}
-
-/// Ties a handler's task to its call, so that cancelling the call cancels the task.
-pub(crate) struct TaskCanceller {
-    port: Port,
-    id: u64,
-    stream: Option<Arc<StreamShared>>,
-}
-
-impl TaskCanceller {
-    pub(crate) fn attach(self, task: Arc<dyn Cancel>) {
-        match self.stream {
-            Some(stream) => stream.attach(task),
-            None => self.port.attach(self.id, task),
-        }
-    }
-}
-
-impl Drop for ReplySink {
-    fn drop(&mut self) {
-        if !self.done {
-            self.fail_inner(Status::internal(format!(
-                "{}: the handler panicked or returned no answer",
-                self.method.path
-            )));
-        }
-        if let Some(stream) = &self.stream {
-            // The handler is done with the call: the call lets go of its task.
-            stream.detach();
-        }
-        self.calls.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
