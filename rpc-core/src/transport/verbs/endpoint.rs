@@ -23,10 +23,10 @@ use parking_lot::Mutex;
 use rdma_sys::rdma_cm_event_type;
 
 use super::cm::{CmEvent, CmId, ConnParam, EventChannel};
-use super::cq::{CqShared, DeviceRes, VerbsCq};
+use super::completions::{CqShared, DeviceRes, VerbsCq};
 use super::device::{context_name, DeviceList};
 use super::events::CmDispatcher;
-use super::link::{LinkInner, LinkParts, VerbsLink};
+use super::link::{LinkInner, LinkParts, Links, VerbsLink};
 use super::mr::Region;
 use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
@@ -146,6 +146,7 @@ fn route_source(addr: &SocketAddr) -> std::io::Result<IpAddr> {
 struct Core {
     list: Arc<Mutex<Arc<DeviceList>>>,
     cq: Arc<CqShared>,
+    links: Arc<Links>,
     dispatcher: Arc<CmDispatcher>,
     next_link_id: Arc<AtomicU64>,
 }
@@ -185,7 +186,7 @@ impl Core {
             id: link_id,
             local_hello: ring.hello(),
             peer_name,
-            cq: self.cq.clone(),
+            links: self.links.clone(),
             dispatcher: self.dispatcher.clone(),
         })
     }
@@ -269,12 +270,17 @@ impl VerbsEndpoint {
     /// when libibverbs finds no device.
     pub fn new() -> Result<Arc<VerbsEndpoint>, Error> {
         let list = DeviceList::open()?;
-        let cq = CqShared::new()?;
-        let dispatcher = CmDispatcher::start(cq.clone())?;
+        let links = Arc::new(Links::new()?);
+        let cq = CqShared::new(links.clone());
+        let closing = links.clone();
+        let dispatcher = CmDispatcher::start(Box::new(move |key, event, reason| {
+            LinkInner::close_by_event(&closing, key, event, reason)
+        }))?;
         Ok(Arc::new(VerbsEndpoint {
             core: Core {
                 list: Arc::new(Mutex::new(list)),
                 cq: cq.clone(),
+                links,
                 dispatcher,
                 next_link_id: Arc::new(AtomicU64::new(1)),
             },

@@ -1,7 +1,8 @@
 //! The endpoint's rdma_cm event thread. Once a link is established its cm id is migrated to
 //! the endpoint's link channel; this thread reads that channel and turns DISCONNECTED and
-//! DEVICE_REMOVAL into a closed link (QP to error, `Completion::Closed` through the CQ's side
-//! queue, poller woken).
+//! DEVICE_REMOVAL into a closed link, through the [`OnClose`] the endpoint gave it (the link's
+//! `close_by_event`: QP to error, `Completion::Closed` through the link table's side queue,
+//! poller woken).
 //!
 //! Events are matched to links by the id's address, looked up *before* the event is
 //! acknowledged: until then `rdma_destroy_id` of that id cannot complete, so the address cannot
@@ -16,9 +17,12 @@ use parking_lot::Mutex;
 use rdma_sys::rdma_cm_event_type;
 
 use super::cm::{CmEvent, CmId, EventChannel};
-use super::cq::CqShared;
 use super::sys::{poll_readable, EventFd};
 use crate::Error;
+
+/// What the event thread does when a cm event closed a link: called with the key the link's id
+/// was adopted under (`None` if no link adopted it), the event, and the reason to report.
+pub(super) type OnClose = Box<dyn Fn(Option<u32>, &CmEvent, String) + Send + Sync>;
 
 struct Shared {
     channel: Arc<EventChannel>,
@@ -26,7 +30,7 @@ struct Shared {
     stopping: AtomicBool,
     /// cm id address → link key.
     ids: Mutex<HashMap<usize, u32>>,
-    cq: Arc<CqShared>,
+    on_close: OnClose,
 }
 
 /// Owns the event thread; the thread stops when the last owner (endpoint or link) is gone.
@@ -36,13 +40,13 @@ pub(super) struct CmDispatcher {
 }
 
 impl CmDispatcher {
-    pub(super) fn start(cq: Arc<CqShared>) -> Result<Arc<CmDispatcher>, Error> {
+    pub(super) fn start(on_close: OnClose) -> Result<Arc<CmDispatcher>, Error> {
         let shared = Arc::new(Shared {
             channel: EventChannel::new()?,
             stop: EventFd::new()?,
             stopping: AtomicBool::new(false),
             ids: Mutex::new(HashMap::new()),
-            cq,
+            on_close,
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -128,10 +132,5 @@ fn handle(shared: &Shared, event: CmEvent, key: Option<u32>) {
             return;
         }
     };
-    let Some(link) = key.and_then(|key| shared.cq.lookup(key)) else {
-        tracing::debug!(event = %event.describe(), "verbs: cm event for a released link");
-        return;
-    };
-    tracing::debug!(link = link.id(), event = %event.describe(), "verbs: link closed by cm event");
-    link.close_with(reason);
+    (shared.on_close)(key, &event, reason);
 }

@@ -19,8 +19,10 @@
 //! [`super::qp::POST_CHAIN`]; a plain `post_send` posts the held ones first, so frames always
 //! go out in the order they were posted.
 //!
-//! **wr_id.** bit 63: send (1) or receive (0); bits 32..63: the link's key in the CQ's link
-//! table; bits 0..32: the slot.
+//! **Table.** A link registers in its endpoint's link table ([`Links`]) under a fresh key, the
+//! key its work requests' wr_ids carry (see the `wr_id` module), and removes itself when it is
+//! released. It is closed through the table's side queue (`close_with`): by `Link::close`, or
+//! by the endpoint's cm event thread (`close_by_event`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -30,31 +32,19 @@ use crossbeam::queue::ArrayQueue;
 use parking_lot::Mutex;
 use rdma_sys::ibv_send_flags;
 
-use super::cq::{CqShared, CqeReservation};
+use super::cm::CmEvent;
+use super::cq::CqeReservation;
 use super::events::CmDispatcher;
 use super::mr::Region;
 use super::qp::{Qp, QpAttributes, SendWr};
+use super::table::LinkTable;
+use super::wr_id::wr_id;
 use crate::protocol::v2::Hello;
 use crate::transport::{Link, LinkId, SendBuf, SendInner};
 use crate::Error;
 
-const SEND_BIT: u64 = 1 << 63;
-/// Largest link key (31 bits).
-pub(super) const MAX_KEY: u32 = (1 << 31) - 1;
-
-pub(super) fn wr_id(send: bool, key: u32, slot: u32) -> u64 {
-    let kind = if send { SEND_BIT } else { 0 };
-    kind | (u64::from(key & MAX_KEY) << 32) | u64::from(slot)
-}
-
-/// (is send, link key, slot).
-pub(super) fn decode_wr_id(wr_id: u64) -> (bool, u32, u32) {
-    (
-        wr_id & SEND_BIT != 0,
-        ((wr_id >> 32) as u32) & MAX_KEY,
-        wr_id as u32,
-    )
-}
+/// The link table of an endpoint.
+pub(super) type Links = LinkTable<LinkInner>;
 
 struct SendState {
     /// Posted since the last signalled SEND.
@@ -85,7 +75,9 @@ pub(super) struct LinkInner {
     peer_hello: OnceLock<Hello>,
     peer_name: String,
     signal_every: u32,
-    cq: Arc<CqShared>,
+    links: Arc<Links>,
+    /// The cm event thread, which closes this link on a disconnect: kept running while the
+    /// link lives, and told to forget the link's id when it is released.
     dispatcher: Arc<CmDispatcher>,
 }
 
@@ -98,7 +90,7 @@ pub(super) struct LinkParts {
     pub(super) id: LinkId,
     pub(super) local_hello: Hello,
     pub(super) peer_name: String,
-    pub(super) cq: Arc<CqShared>,
+    pub(super) links: Arc<Links>,
     pub(super) dispatcher: Arc<CmDispatcher>,
 }
 
@@ -112,7 +104,7 @@ impl LinkInner {
             let _ = free.push(slot);
         }
         let signal_every = (count / 4).clamp(1, 16);
-        let key = parts.cq.next_key()?;
+        let key = parts.links.next_key()?;
         let link = Arc::new(LinkInner {
             qp: parts.qp,
             recv: parts.recv,
@@ -134,10 +126,10 @@ impl LinkInner {
             peer_hello: OnceLock::new(),
             peer_name: parts.peer_name,
             signal_every,
-            cq: parts.cq,
+            links: parts.links,
             dispatcher: parts.dispatcher,
         });
-        link.cq.register(key, &link);
+        link.links.register(key, &link);
         for slot in 0..link.recv.count() {
             link.post_recv(slot)?;
         }
@@ -241,12 +233,23 @@ impl LinkInner {
     pub(super) fn close_with(&self, reason: String) {
         if self.begin_close(reason) {
             self.disconnect();
-            self.cq.push_closed(self.key);
+            self.links.push_closed(self.key);
         } else {
             // Closing already (e.g. we closed first and this is the peer's answer): make sure
             // the DREP goes out.
             self.disconnect();
         }
+    }
+
+    /// Closes link `key` of `links` because of cm event `event` (the cm event thread's answer
+    /// to a disconnect or device removal); `key` is `None` for an id no link has adopted.
+    pub(super) fn close_by_event(links: &Links, key: Option<u32>, event: &CmEvent, reason: String) {
+        let Some(link) = key.and_then(|key| links.lookup(key)) else {
+            tracing::debug!(event = %event.describe(), "verbs: cm event for a released link");
+            return;
+        };
+        tracing::debug!(link = link.id(), event = %event.describe(), "verbs: link closed by cm event");
+        link.close_with(reason);
     }
 
     /// A completion covering send slot `slot`: frees it and every earlier unsignalled slot.
@@ -328,7 +331,7 @@ impl LinkInner {
 impl Drop for LinkInner {
     fn drop(&mut self) {
         self.dispatcher.forget(self.qp.id().addr());
-        self.cq.unregister(self.key);
+        self.links.unregister(self.key);
         // The fields drop next, in order: the QP (rdma_destroy_qp discards all posted work,
         // so the device no longer touches the rings), the cm id with it (rdma_destroy_id also
         // disconnects an established connection), the rings (deregistered, freed), and the CQ
@@ -508,17 +511,5 @@ impl Link for VerbsLink {
 
     fn close(&self) {
         self.inner.close_with("closed locally".to_string());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn verbs_wr_id_round_trips() {
-        for (send, key, slot) in [(true, 0, 0), (false, MAX_KEY, u32::MAX), (true, 12345, 77)] {
-            assert_eq!(decode_wr_id(wr_id(send, key, slot)), (send, key, slot));
-        }
     }
 }

@@ -12,6 +12,20 @@
 //!   queue of all its links; [`VerbsEndpoint::connect`] makes a client link,
 //!   [`VerbsEndpoint::listen`] an [`Acceptor`](crate::transport::Acceptor) that assigns link ids.
 //!
+//! # Layers
+//!
+//! * **Ownership** (`sys`, `device`, `cq`, `qp`, `mr`, `cm`): one owner per verbs object,
+//!   which creates it, releases it in `Drop`, and wraps the calls made on it. No policy: these
+//!   modules know nothing of links, keys or completions' meaning.
+//! * **Policy**, which depends on ownership and never the reverse: `wr_id` (what a work
+//!   request's id encodes), `table` (link key → link, the side queue of closed links, the
+//!   poller's wake-up), `link` (rings, credits, sends; [`VerbsLink`]), `events` (the rdma_cm
+//!   event thread), `completions` (work completions →
+//!   [`Completion`](crate::transport::Completion)s; [`VerbsCq`]) and `endpoint` (connect,
+//!   listen, accept).
+//!
+//! `scripts/check-modules` (part of `make test`) fails on an import cycle between them.
+//!
 //! # Ownership and drop order
 //!
 //! Each owner holds an `Arc` of what its verbs object depends on, so the dependencies outlive
@@ -89,19 +103,26 @@
 //! `slot_count × slot_size` bytes; a failed registration says so and shows the current
 //! `ulimit -l`.
 
+// Ownership: one RAII owner per verbs object and the calls made on it; no policy.
 mod cm;
 mod cq;
 mod device;
-mod endpoint;
-mod events;
-mod link;
 mod mr;
 mod qp;
 mod sys;
+
+// Policy: what the objects are used for. Depends on the ownership layer, never the reverse.
+mod completions;
+mod endpoint;
+mod events;
+mod link;
+mod table;
+mod wr_id;
+
 #[cfg(test)]
 mod tests;
 
-pub use cq::VerbsCq;
+pub use completions::VerbsCq;
 pub use endpoint::{verbs_device_for, VerbsAcceptor, VerbsEndpoint, HANDSHAKE_TIMEOUT};
 pub use link::{VerbsLink, VerbsRecv, VerbsSend};
 pub use qp::QpAttributes;

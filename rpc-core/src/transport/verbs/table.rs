@@ -1,0 +1,96 @@
+//! The link table of an endpoint: link key → link, the keys of links whose `Closed` the poller
+//! has still to report, and the eventfd that wakes the poller.
+//!
+//! Work completions name their link by key (see the `wr_id` module), so the poller maps them
+//! through this table; a key is never reused, and a link removes itself when it is released,
+//! so a late completion of a released link finds nothing. The table holds links weakly: it
+//! never keeps one alive.
+//!
+//! The table is generic over the link type because it never calls a link: it sits below the
+//! links that register in it (`link::Links` is the table of `LinkInner`s).
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use crossbeam::queue::SegQueue;
+use parking_lot::RwLock;
+
+use super::sys::EventFd;
+use super::wr_id::MAX_KEY;
+use crate::Error;
+
+/// Links by key, closed links waiting for their `Closed`, and the poller's wake-up.
+pub(super) struct LinkTable<L> {
+    links: RwLock<HashMap<u32, Weak<L>>>,
+    next_key: AtomicU32,
+    closed: SegQueue<u32>,
+    wake: EventFd,
+}
+
+impl<L> LinkTable<L> {
+    pub(super) fn new() -> Result<LinkTable<L>, Error> {
+        Ok(LinkTable {
+            links: RwLock::new(HashMap::new()),
+            next_key: AtomicU32::new(1),
+            closed: SegQueue::new(),
+            wake: EventFd::new()?,
+        })
+    }
+
+    /// A key no link of this table had before.
+    pub(super) fn next_key(&self) -> Result<u32, Error> {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        if key == 0 || key > MAX_KEY {
+            return Err(Error::Verbs {
+                call: "link table",
+                reason: "link keys exhausted for this endpoint".into(),
+            });
+        }
+        Ok(key)
+    }
+
+    pub(super) fn register(&self, key: u32, link: &Arc<L>) {
+        self.links.write().insert(key, Arc::downgrade(link));
+    }
+
+    pub(super) fn unregister(&self, key: u32) {
+        self.links.write().remove(&key);
+    }
+
+    pub(super) fn lookup(&self, key: u32) -> Option<Arc<L>> {
+        self.links.read().get(&key).and_then(Weak::upgrade)
+    }
+
+    /// Queues the Closed completion of link `key` and wakes the poller.
+    pub(super) fn push_closed(&self, key: u32) {
+        self.closed.push(key);
+        self.wake.notify();
+    }
+
+    /// The key of a link whose Closed is queued, oldest first.
+    pub(super) fn pop_closed(&self) -> Option<u32> {
+        self.closed.pop()
+    }
+
+    /// Whether a Closed is queued.
+    pub(super) fn has_closed(&self) -> bool {
+        !self.closed.is_empty()
+    }
+
+    /// Wakes the poller (or makes its next wait return at once).
+    pub(super) fn wake(&self) {
+        self.wake.notify();
+    }
+
+    /// The descriptor the poller waits on for [`LinkTable::wake`].
+    pub(super) fn wake_fd(&self) -> RawFd {
+        self.wake.raw()
+    }
+
+    /// Consumes the wake-ups that arrived.
+    pub(super) fn drain_wake(&self) {
+        self.wake.drain();
+    }
+}
