@@ -92,11 +92,3 @@ impl From<rpc_proto::Error> for Error {
         }
     }
 }
-
-impl From<Error> for crate::Status {
-    /// An error met while handling a call (say, metadata a handler could not set) ends the
-    /// call INTERNAL with the error's text, so handlers can use `?` on it.
-    fn from(err: Error) -> crate::Status {
-        crate::Status::internal(err.to_string())
-    }
-}

@@ -5,7 +5,7 @@ use std::fmt;
 
 use rpc_proto::WireStatus;
 
-use crate::{Code, MetadataMap};
+use crate::{Code, Error, MetadataMap};
 
 /// The outcome of a failed call: a [`Code`], a human-readable message, optional binary
 /// details (by convention a serialized `google.rpc.Status`) and metadata (sent as the call's
@@ -136,6 +136,14 @@ impl fmt::Display for Status {
 }
 
 impl std::error::Error for Status {}
+
+impl From<Error> for Status {
+    /// An error met while handling a call (say, metadata a handler could not set) ends the
+    /// call INTERNAL with the error's text, so handlers can use `?` on it.
+    fn from(err: Error) -> Status {
+        Status::internal(err.to_string())
+    }
+}
 
 #[cfg(test)]
 mod tests {
