@@ -789,6 +789,15 @@ fn invalid(msg: String) -> CliError {
     CliError::Invalid(msg)
 }
 
+/// Connects a client as the demo clients do: over `args.transport`, with [`CALL_TIMEOUT`](crate::CALL_TIMEOUT) as
+/// the default per-call timeout.
+pub fn connect(args: &ClientArgs) -> Result<rpc_core::Client, rpc_core::Error> {
+    rpc_core::Client::builder()
+        .transport(args.transport.into())
+        .timeout(crate::CALL_TIMEOUT)
+        .connect(&args.connect)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,8 @@ pub mod interop;
 pub mod services;
 pub mod stats;
 
+pub use cli::connect;
+
 /// The `calc` protobuf package: `calc.Calculator` and its messages (`proto/calculator.proto`).
 pub mod calc {
     rpc_core::include_proto!("calc");
@@ -111,15 +113,6 @@ pub fn init_tracing() {
         .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// Connects a client as the demo clients do: over `args.transport`, with [`CALL_TIMEOUT`] as
-/// the default per-call timeout.
-pub fn connect(args: &cli::ClientArgs) -> Result<rpc_core::Client, rpc_core::Error> {
-    rpc_core::Client::builder()
-        .transport(args.transport.into())
-        .timeout(CALL_TIMEOUT)
-        .connect(&args.connect)
 }
 
 /// SIGTERM and SIGINT (Ctrl-C), caught: a demo server installs this before it starts

@@ -4,7 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
+use super::common::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
 use crate::model::{Method, MethodKind, Service};
 
 /// The tokens of the client module of `service`.

@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
+use super::common::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
 use crate::model::{upper_camel_case, Method, MethodKind, Service};
 
 /// The name of a streaming-response method's associated type (`StreamingOutputCallStream`),
