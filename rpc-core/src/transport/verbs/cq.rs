@@ -26,12 +26,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use crossbeam::queue::SegQueue;
-use parking_lot::{Mutex, RwLock};
 use rdma_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_context, ibv_cq, ibv_create_comp_channel,
     ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_get_cq_event, ibv_resize_cq,
     ibv_wc, ibv_wc_status, ibv_wc_status_str,
 };
+use rpc_sync::{Mutex, RwLock};
 
 use super::device::{Device, DeviceList, Pd};
 use super::link::{decode_wr_id, LinkInner, MAX_KEY};
@@ -196,7 +196,7 @@ impl RawCq {
 
 impl Drop for RawCq {
     fn drop(&mut self) {
-        self.ack_events(self.unacked.swap(0, Ordering::AcqRel));
+        self.ack_events(self.unacked.swap(0, Ordering::Relaxed));
         // SAFETY: every QP using this CQ holds an Arc of it, so none is left; all events are
         // acknowledged (above), so ibv_destroy_cq does not wait.
         let ret = unsafe { ibv_destroy_cq(self.raw()) };
@@ -552,9 +552,10 @@ impl CompletionQueue for VerbsCq {
                 if ret != 0 {
                     break;
                 }
-                let unacked = res.cq.unacked.fetch_add(1, Ordering::AcqRel) + 1;
+                // A count of events to acknowledge, nothing published: Relaxed.
+                let unacked = res.cq.unacked.fetch_add(1, Ordering::Relaxed) + 1;
                 if unacked >= ACK_BATCH {
-                    res.cq.ack_events(res.cq.unacked.swap(0, Ordering::AcqRel));
+                    res.cq.ack_events(res.cq.unacked.swap(0, Ordering::Relaxed));
                 }
             }
         }
