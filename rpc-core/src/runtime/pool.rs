@@ -9,11 +9,10 @@
 //! deepest the queue has been, queueing allocates nothing (crossbeam's unbounded channel
 //! allocated a block every 31 sends).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use rpc_sync::{Mutex, Runnable, Schedule, WorkQueue};
+use rpc_sync::{Count, Flag, Mutex, Runnable, Schedule, WorkQueue};
 
 use super::server::{IncomingRequest, ReplySink};
 use crate::codegen::Service;
@@ -34,9 +33,7 @@ enum Work {
     Stop,
 }
 
-/// Runs something on each of the server's threads around its loop (entering an async
-/// runtime's context, say): it must call the closure it gets.
-pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
+pub use crate::transport::ThreadContext;
 
 /// Room in the queue's buffer before it first grows.
 const INITIAL_CAPACITY: usize = 64;
@@ -44,10 +41,12 @@ const INITIAL_CAPACITY: usize = 64;
 struct Queue {
     work: WorkQueue<Work>,
     /// Calls queued and not picked up yet.
-    queued_calls: AtomicUsize,
+    queued_calls: Count,
     max_queued: usize,
-    /// The workers stopped: whoever queues work must see that it is done.
-    stopped: AtomicBool,
+    /// The workers stopped: whoever queues work must see that it is done. Raised before the
+    /// final drain, which takes the queue's lock, and read after queueing under that lock:
+    /// either the drain finds the item, or the queuer sees the flag and drains it itself.
+    stopped: Flag,
 }
 
 impl Queue {
@@ -58,7 +57,7 @@ impl Queue {
         while let Some(work) = self.work.try_pop() {
             match work {
                 Work::Call(job) => {
-                    self.queued_calls.fetch_sub(1, Ordering::AcqRel);
+                    self.queued_calls.sub(1);
                     drop(job.request);
                     job.reply.fail(crate::Status::unavailable(
                         "the server shut down before the call's handler ran",
@@ -107,7 +106,7 @@ impl Schedule for Spawner {
         super::woke_a_thread();
         // Woken after the workers stopped (by a timer, a late connection close): nobody
         // else will take it, and a task left queued would keep its future forever.
-        if self.queue.stopped.load(Ordering::SeqCst) {
+        if self.queue.stopped.is_raised() {
             self.queue.drain();
         }
     }
@@ -137,9 +136,9 @@ impl WorkerPool {
         let max_queued = max_queued.max(1);
         let queue = Arc::new(Queue {
             work: WorkQueue::with_capacity(INITIAL_CAPACITY.min(max_queued)),
-            queued_calls: AtomicUsize::new(0),
+            queued_calls: Count::new(0),
             max_queued,
-            stopped: AtomicBool::new(false),
+            stopped: Flag::new(false),
         });
         let mut threads = Vec::with_capacity(size);
         for i in 0..size.max(1) {
@@ -175,11 +174,10 @@ impl WorkerPool {
     /// stopped).
     pub(crate) fn execute(&self, job: Job) -> Option<Job> {
         let q = &self.queue;
-        if q.stopped.load(Ordering::SeqCst) {
+        if q.stopped.is_raised() {
             return Some(job);
         }
-        if q.queued_calls.fetch_add(1, Ordering::AcqRel) >= q.max_queued {
-            q.queued_calls.fetch_sub(1, Ordering::AcqRel);
+        if !q.queued_calls.try_add_below(q.max_queued) {
             return Some(job);
         }
         q.work.push(Work::Call(job));
@@ -188,7 +186,7 @@ impl WorkerPool {
         super::woke_a_thread();
         // Queued while the pool stopped: answered by the drain (here, if the shutdown's
         // drain ran before the push).
-        if q.stopped.load(Ordering::SeqCst) {
+        if q.stopped.is_raised() {
             q.drain();
         }
         None
@@ -204,7 +202,7 @@ impl WorkerPool {
         for t in threads {
             let _ = t.join();
         }
-        self.queue.stopped.store(true, Ordering::SeqCst);
+        self.queue.stopped.raise();
         self.queue.drain();
     }
 }
@@ -213,7 +211,7 @@ fn worker_loop(queue: &Queue) {
     loop {
         match queue.work.pop() {
             Work::Call(job) => {
-                queue.queued_calls.fetch_sub(1, Ordering::AcqRel);
+                queue.queued_calls.sub(1);
                 super::server::run_handler(&*job.service, job.index, job.request, job.reply);
             }
             Work::Task(task) => {

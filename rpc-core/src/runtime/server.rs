@@ -3,12 +3,11 @@
 
 use foldhash::{HashMap, HashMapExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rpc_sync::assert_unlocked;
+use rpc_sync::{assert_unlocked, Count, Flag};
 
 use super::conn::{Conn, Dispatch, Keepalive, Payload, RequestBody, RequestDelivery, Work};
 use super::endpoint::{Endpoint, PollerSettings};
@@ -318,7 +317,7 @@ impl ServerBuilder {
         let pool = WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?;
         let calls = Arc::new(Calls {
             counters: Arc::clone(&counters),
-            in_flight: AtomicUsize::new(0),
+            in_flight: Count::new(0),
             spawner: pool.spawner(),
         });
         let shared = Arc::new(Shared {
@@ -361,7 +360,7 @@ impl ServerBuilder {
             },
         )?;
         let local_addr = acceptor.local_addr();
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Flag::new(false));
         let acceptor_thread = {
             let (endpoint, stop) = (Arc::clone(&endpoint), Arc::clone(&stop));
             let max_connections = self.max_connections;
@@ -386,10 +385,10 @@ impl ServerBuilder {
 fn accept_loop(
     mut acceptor: Box<dyn Acceptor>,
     endpoint: Arc<Endpoint>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Flag>,
     max_connections: Option<usize>,
 ) {
-    while !stop.load(Ordering::Acquire) {
+    while !stop.is_raised() {
         match acceptor.accept(Duration::from_millis(50)) {
             Ok(Some(link)) => {
                 if max_connections.is_some_and(|max| endpoint.conns().len() >= max) {
@@ -431,7 +430,7 @@ pub(crate) struct Shared {
 pub(crate) struct Calls {
     counters: Arc<Counters>,
     /// Calls handed to a handler and not answered yet (their sinks not dropped).
-    in_flight: AtomicUsize,
+    in_flight: Count,
     /// Where woken handler tasks go.
     spawner: Spawner,
 }
@@ -500,7 +499,7 @@ impl Shared {
                 }
             }
         };
-        self.calls.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.calls.in_flight.add(1);
         let body = match body {
             RequestBody::Message(payload) => Requests::Message(payload),
             RequestBody::Stream => Requests::Stream(
@@ -772,7 +771,7 @@ impl Drop for ReplySink {
             // The handler is done with the call: the call lets go of its task.
             stream.detach();
         }
-        self.calls.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.calls.in_flight.sub(1);
     }
 }
 
@@ -780,7 +779,7 @@ impl Drop for ReplySink {
 pub struct Server {
     endpoint: Arc<Endpoint>,
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Flag>,
     threads: Option<(JoinHandle<()>, JoinHandle<()>)>,
     local_addr: String,
     transport_name: &'static str,
@@ -851,7 +850,7 @@ impl Server {
         let Some((acceptor, poller)) = self.threads.take() else {
             return;
         };
-        self.stop.store(true, Ordering::Release);
+        self.stop.raise();
         if let Some(stopping) = &self.stopping {
             stopping.announce();
         }
@@ -865,7 +864,7 @@ impl Server {
                 conn.submit(Work::Goodbye);
             }
         }
-        while self.shared.calls.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
+        while self.shared.calls.in_flight.get() > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
         for conn in self.endpoint.conns().iter() {
