@@ -5,9 +5,11 @@
 #   make build              cargo build --workspace
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
-#   make test               fmt check, clippy, cargo test, loom models, gRPC's interop cases over
-#                           TCP, the VM's fallback from KVM to TCG, then the verbs suite in the VM
-#                           (one host, then two hosts)
+#   make test               fmt check, the sync check (scripts/check-sync: no parking_lot and no
+#                           atomic ordering stronger than Relaxed outside rpc-sync), clippy,
+#                           cargo test, loom models, gRPC's interop cases over TCP, the VM's
+#                           fallback from KVM to TCG, then the verbs suite in the VM (one host,
+#                           then two hosts)
 #   make test-softroce-fallback  scripts/softroce-vm boots again under TCG when KVM is not ready
 #                           by the boot deadline (one TCG boot)
 #   make interop-tcp        gRPC's interop cases (interop-client against interop-server) over TCP
@@ -57,7 +59,7 @@ export SOFTROCE_ACCEL_FILE
 
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
-.PHONY: setup build release demo demo-rdma test fmt-check clippy unit-test loom interop-tcp \
+.PHONY: setup build release demo demo-rdma test fmt-check check-sync clippy unit-test loom interop-tcp \
 	bins interop-grpc test-softroce-fallback test-verbs test-verbs-2hosts test-verbs-native test-list \
 	bench fuzz
 
@@ -84,11 +86,17 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check clippy unit-test loom interop-tcp interop-grpc test-softroce-fallback \
+test: setup fmt-check check-sync clippy unit-test loom interop-tcp interop-grpc test-softroce-fallback \
 	test-verbs test-verbs-2hosts
 
 fmt-check:
 	$(CARGO) fmt --all --check
+
+# Every hand-off between threads is an rpc-sync primitive with a loom model: library code
+# outside rpc-sync uses no parking_lot and no atomic ordering stronger than Relaxed, except
+# the files scripts/check-sync.allowed lists (which may only shrink).
+check-sync:
+	scripts/check-sync
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
