@@ -5,13 +5,16 @@
 #   make build              cargo build --workspace
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
-#   make test               fmt check, module check, clippy, cargo test, loom models, gRPC's
-#                           interop cases over TCP, the VM's fallback from KVM to TCG, then the
-#                           verbs suite in the VM (one host, then two hosts)
+#   make test               fmt check, module check, sync check, clippy, cargo test, loom models,
+#                           gRPC's interop cases over TCP, the VM's fallback from KVM to TCG, then
+#                           the verbs suite in the VM (one host, then two hosts)
 #   make check-modules      scripts/check-modules: no import cycle between the source files of a
 #                           library crate and no runtime file over 800 lines, beyond the shrinking
 #                           list in scripts/module-cycles.allowed (`scripts/check-modules --graph`
 #                           prints the module DAG)
+#   make check-sync         scripts/check-sync: no parking_lot and no atomic ordering stronger
+#                           than Relaxed outside rpc-sync, beyond the shrinking list in
+#                           scripts/check-sync.allowed
 #   make test-softroce-fallback  scripts/softroce-vm boots again under TCG when KVM is not ready
 #                           by the boot deadline (one TCG boot)
 #   make interop-tcp        gRPC's interop cases (interop-client against interop-server) over TCP
@@ -61,8 +64,8 @@ export SOFTROCE_ACCEL_FILE
 
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
-.PHONY: setup build release demo demo-rdma test fmt-check check-modules clippy unit-test loom \
-	interop-tcp bins interop-grpc test-softroce-fallback test-verbs test-verbs-2hosts \
+.PHONY: setup build release demo demo-rdma test fmt-check check-modules check-sync clippy unit-test \
+	loom interop-tcp bins interop-grpc test-softroce-fallback test-verbs test-verbs-2hosts \
 	test-verbs-native test-list bench fuzz
 
 setup:
@@ -88,7 +91,8 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check check-modules clippy unit-test loom interop-tcp interop-grpc test-softroce-fallback \
+test: setup fmt-check check-modules check-sync clippy unit-test loom interop-tcp interop-grpc \
+	test-softroce-fallback \
 	test-verbs test-verbs-2hosts
 
 fmt-check:
@@ -96,6 +100,12 @@ fmt-check:
 
 check-modules:
 	scripts/check-modules
+
+# Every hand-off between threads is an rpc-sync primitive with a loom model: library code
+# outside rpc-sync uses no parking_lot and no atomic ordering stronger than Relaxed, except
+# the files scripts/check-sync.allowed lists (which may only shrink).
+check-sync:
+	scripts/check-sync
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings

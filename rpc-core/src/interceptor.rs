@@ -59,7 +59,14 @@ impl SharedInterceptor {
     /// Runs the interceptor on `request`'s metadata, keeping its message aside.
     pub(crate) fn apply<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
         let (head, message) = request.into_parts();
-        let head = self.0.intercept(head)?;
+        let head = self.intercept(head)?;
         Ok(Request::from_parts(head, message))
+    }
+
+    /// Runs the interceptor (user code) on a request's metadata, checking first that no
+    /// runtime lock is held.
+    pub(crate) fn intercept(&self, head: Request<()>) -> Result<Request<()>, Status> {
+        rpc_sync::assert_unlocked("calling an interceptor");
+        self.0.intercept(head)
     }
 }

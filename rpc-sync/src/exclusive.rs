@@ -1,5 +1,6 @@
 //! [`Exclusive`]: ownership that is taken, never waited for.
 
+#[cfg(not(loom))]
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::Ordering;
 

@@ -25,6 +25,23 @@
 //!   is empty; its buffer is reused, so queueing allocates nothing in a steady state.
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody
 //!   ever waits for it, so it cannot take part in a deadlock and may be held while calling out.
+//! - [`DrainQueue`]: items pushed by any thread and drained by whoever polls: a consumer
+//!   that sleeps while it is empty, or a producer draining in place (the TCP and in-memory
+//!   transports' completion queue).
+//! - [`Flusher`]: the turn to write a queue out, one thread at a time, re-checked before it is
+//!   let go, with a stalled writer's work handed to a designated thread (a TCP link's writer
+//!   and its I/O thread).
+//! - [`PollDuty`]: who polls a client endpoint's completion queue, its poller thread or a
+//!   caller driving it while it waits, and when the poller thread stands back.
+//! - [`CreditLedger`]: receive slots re-posted by any thread and the credits the connection's
+//!   owner owes, so that credits due are never left unsent.
+//! - [`Flag`], [`Count`] and [`Published`]: a boolean, a count and a `u64` published with
+//!   release/acquire (closed and stopped flags, calls in flight, a stream's call id); and
+//!   [`woke_a_thread`], the process-wide count of wake-ups (a statistic).
+//!
+//! Outside this crate the workspace's library code uses no atomic ordering stronger than
+//! `Relaxed` and no `parking_lot` (`scripts/check-sync`, part of `make test`): every
+//! hand-off between threads is one of these primitives.
 //!
 //! Quick start:
 //!
@@ -48,12 +65,17 @@
 mod budget;
 #[cfg(not(loom))]
 mod counting;
+mod credits;
+mod drain_queue;
 mod exclusive;
+mod flag;
+mod flusher;
 mod inbox;
 mod lockdep;
 mod locks;
 mod oneshot;
 mod park;
+mod poll_duty;
 mod serializer;
 mod task;
 mod work_queue;
@@ -61,12 +83,17 @@ mod work_queue;
 pub use budget::ByteBudget;
 #[cfg(not(loom))]
 pub use counting::CountingAllocator;
+pub use credits::CreditLedger;
+pub use drain_queue::DrainQueue;
 pub use exclusive::{Exclusive, ExclusiveGuard};
+pub use flag::{wakeups_issued, woke_a_thread, Count, Flag, Published};
+pub use flusher::{FlushTurn, Flusher};
 pub use inbox::{Inbox, Pushed, Signal, Wake};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
 pub use park::{park, park_timeout};
+pub use poll_duty::PollDuty;
 pub use serializer::Serializer;
 pub use task::{Runnable, Schedule, Task};
 pub use work_queue::WorkQueue;
@@ -76,7 +103,7 @@ pub(crate) mod primitive {
     #[cfg(loom)]
     pub(crate) use loom::cell::UnsafeCell;
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
     #[cfg(loom)]
     pub(crate) use loom::thread::{current, park, Thread};
 
@@ -87,7 +114,7 @@ pub(crate) mod primitive {
     }
 
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 
     /// A short internal lock (never held across a wake or a park): loom's under loom.
     #[cfg(loom)]
@@ -125,6 +152,18 @@ pub(crate) mod primitive {
                 .wait(guard)
                 .expect("never poisoned: nothing panics under it")
         }
+        /// Loom has no timed wait: it waits for a notification (`false`: not timed out).
+        pub(crate) fn wait_timeout<'a, T>(
+            &self,
+            guard: loom::sync::MutexGuard<'a, T>,
+            timeout: std::time::Duration,
+        ) -> (loom::sync::MutexGuard<'a, T>, bool) {
+            let (guard, result) = self
+                .0
+                .wait_timeout(guard, timeout)
+                .expect("never poisoned: nothing panics under it");
+            (guard, result.timed_out())
+        }
     }
 
     /// Parks threads until another notifies them, releasing a [`Mutex`] while they wait.
@@ -144,6 +183,15 @@ pub(crate) mod primitive {
         ) -> parking_lot::MutexGuard<'a, T> {
             self.0.wait(&mut guard);
             guard
+        }
+        /// Waits for a notification or `timeout`; `true` if it timed out.
+        pub(crate) fn wait_timeout<'a, T>(
+            &self,
+            mut guard: parking_lot::MutexGuard<'a, T>,
+            timeout: std::time::Duration,
+        ) -> (parking_lot::MutexGuard<'a, T>, bool) {
+            let timed_out = self.0.wait_for(&mut guard, timeout).timed_out();
+            (guard, timed_out)
         }
     }
     #[cfg(not(loom))]

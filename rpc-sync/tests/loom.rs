@@ -3,11 +3,14 @@
 //! (`make loom`; part of `make test`).
 #![cfg(loom)]
 
-use loom::sync::atomic::{fence, AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use rpc_sync::{Completed, Exclusive, Inbox, Oneshot, Pushed, Serializer, Signal, WorkQueue};
+use rpc_sync::{
+    Completed, DrainQueue, Exclusive, Flusher, Inbox, Oneshot, Pushed, Serializer, Signal,
+    WorkQueue,
+};
 
 /// Two threads take turns owning the data; loom's cell tracking fails the model if two ever
 /// touch it at once.
@@ -28,52 +31,269 @@ fn exclusive_is_never_owned_twice() {
     });
 }
 
-/// The hand-over rule the completion-queue drivers follow: a producer publishes work, then
-/// tries to own the consumer; the owner re-checks for work after letting go. Every item of
-/// work is consumed by somebody, whichever thread ends up owning.
+/// The completion queue's drive (`ChannelCq::drive`, the TCP I/O thread and in-memory
+/// peers): two producers each queue an item, then drain the queue themselves if they can own
+/// the draining (an `Exclusive`, as the endpoint's poll state is), or leave it to the owner.
+/// Every item is drained by somebody, whichever thread ends up owning.
 #[test]
-fn work_left_for_the_owner_is_never_stranded() {
-    fn produce_and_drive(queue: &AtomicUsize, owner: &Exclusive<usize>) {
-        queue.fetch_add(1, Ordering::SeqCst);
-        loop {
-            fence(Ordering::SeqCst);
+fn drain_queue_leaves_nothing_behind() {
+    fn produce_and_drive(queue: &DrainQueue<u32>, owner: &Exclusive<Vec<u32>>, item: u32) {
+        queue.enqueue(item);
+        queue.drive(|| {
             let Some(mut g) = owner.try_lock() else {
-                return; // the owner re-checks after letting go
+                return false;
             };
-            g.with(|done| *done += queue.swap(0, Ordering::SeqCst));
-            drop(g);
-            fence(Ordering::SeqCst);
-            if queue.load(Ordering::SeqCst) == 0 {
+            g.with(|done| queue.drain_into(done, 32));
+            true
+        });
+    }
+    loom::model(|| {
+        let queue = Arc::new(DrainQueue::with_capacity(2));
+        let owner = Arc::new(Exclusive::new(Vec::new()));
+        let (q, o) = (Arc::clone(&queue), Arc::clone(&owner));
+        let other = thread::spawn(move || produce_and_drive(&q, &o, 1));
+        produce_and_drive(&queue, &owner, 2);
+        other.join().unwrap();
+        assert!(queue.is_empty(), "an item stranded");
+        let mut g = owner.try_lock().expect("nobody owns it any more");
+        let mut done = g.with(|done| done.clone());
+        done.sort_unstable();
+        assert_eq!(done, vec![1, 2]);
+    });
+}
+
+/// The poller thread sleeps on the completion queue while a producer pushes, then while
+/// another thread wakes it (a link registered): it never sleeps through the item, and the
+/// wake is not lost either (a wait that starts after it returns at once).
+#[test]
+fn drain_queue_wakes_a_sleeping_consumer() {
+    loom::model(|| {
+        let queue = Arc::new(DrainQueue::with_capacity(1));
+        let producer = Arc::clone(&queue);
+        let t = thread::spawn(move || {
+            producer.push(7u32);
+        });
+        let mut got = Vec::new();
+        while got.is_empty() {
+            queue.wait(None);
+            queue.drain_into(&mut got, 8);
+        }
+        assert_eq!(got, vec![7]);
+        t.join().unwrap();
+        let waker = Arc::clone(&queue);
+        let t = thread::spawn(move || {
+            waker.wake();
+        });
+        queue.wait(None);
+        t.join().unwrap();
+    });
+}
+
+/// A TCP link's writer: two posters queue a frame each and flush; the socket takes
+/// everything. Every frame is written exactly once, by one writer at a time, and the turn is
+/// free at the end.
+#[test]
+fn flusher_leaves_nothing_behind() {
+    fn post(queue: &loom::sync::Mutex<Vec<u32>>, flusher: &Flusher<Vec<u32>>, item: u32) {
+        queue.lock().unwrap().push(item);
+        let mut turn = flusher.try_flush();
+        while let Some(mut t) = turn {
+            t.with(|written| written.extend(queue.lock().unwrap().drain(..)));
+            turn = t.finish();
+        }
+    }
+    loom::model(|| {
+        let queue = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let flusher = Arc::new(Flusher::new(Vec::new()));
+        let (q, f) = (Arc::clone(&queue), Arc::clone(&flusher));
+        let other = thread::spawn(move || post(&q, &f, 1));
+        post(&queue, &flusher, 2);
+        other.join().unwrap();
+        assert!(queue.lock().unwrap().is_empty(), "a frame left unwritten");
+        let mut turn = flusher.try_flush().expect("the turn is free");
+        let mut written = turn.with(|w| w.clone());
+        written.sort_unstable();
+        assert_eq!(written, vec![1, 2]);
+    });
+}
+
+/// A full socket: a poster writes one frame (the socket's room), then meets the full socket
+/// with its second and stalls the writer, asking the I/O thread (once); the I/O thread,
+/// resuming on a writable event that races it, writes what is queued. At the end, whatever
+/// is still queued is in a stalled flusher's hands (the I/O thread has been asked, or will
+/// get the writable event), never with nobody to write it.
+#[test]
+fn flusher_hands_a_stall_to_the_resumer() {
+    struct Sink {
+        written: Vec<u32>,
+        room: usize,
+    }
+    /// Writes until the queue is empty (`true`) or the sink is full (`false`).
+    fn write(queue: &loom::sync::Mutex<Vec<u32>>, sink: &mut Sink) -> bool {
+        let mut queue = queue.lock().unwrap();
+        while !queue.is_empty() {
+            if sink.room == 0 {
+                return false;
+            }
+            sink.room -= 1;
+            sink.written.push(queue.remove(0));
+        }
+        true
+    }
+    fn run(
+        queue: &loom::sync::Mutex<Vec<u32>>,
+        mut turn: Option<rpc_sync::FlushTurn<'_, Sink>>,
+        io_thread: bool,
+        asks: &AtomicUsize,
+    ) {
+        while let Some(mut t) = turn {
+            if t.with(|sink| write(queue, sink)) {
+                turn = t.finish();
+            } else {
+                if t.stall(!io_thread) {
+                    asks.fetch_add(1, Ordering::SeqCst);
+                }
                 return;
             }
         }
     }
     loom::model(|| {
-        let queue = Arc::new(AtomicUsize::new(0));
-        let owner = Arc::new(Exclusive::new(0usize));
-        let (q, o) = (Arc::clone(&queue), Arc::clone(&owner));
-        let other = thread::spawn(move || produce_and_drive(&q, &o));
-        produce_and_drive(&queue, &owner);
-        other.join().unwrap();
-        assert_eq!(queue.load(Ordering::SeqCst), 0, "work stranded");
-        let mut g = owner.try_lock().expect("nobody owns it any more");
-        assert_eq!(g.with(|done| *done), 2);
+        let queue = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let flusher = Arc::new(Flusher::new(Sink {
+            written: Vec::new(),
+            room: 1,
+        }));
+        let asks = Arc::new(AtomicUsize::new(0));
+        let poster = {
+            let (q, f, a) = (Arc::clone(&queue), Arc::clone(&flusher), Arc::clone(&asks));
+            thread::spawn(move || {
+                for item in 1..=2 {
+                    q.lock().unwrap().push(item);
+                    run(&q, f.try_flush(), false, &a);
+                }
+            })
+        };
+        // The I/O thread: a writable event (no request taken).
+        run(&queue, flusher.resume(false), true, &asks);
+        poster.join().unwrap();
+        assert!(
+            asks.load(Ordering::SeqCst) <= 1,
+            "asked twice for one stall"
+        );
+        if !queue.lock().unwrap().is_empty() {
+            assert!(
+                flusher.is_stalled(),
+                "frames queued and nobody to write them"
+            );
+        }
+        // The socket drains; the I/O thread resumes (it was asked, or the writable event
+        // comes) and writes the rest.
+        let mut turn = flusher.resume(true).expect("nobody holds the turn");
+        turn.with(|sink| sink.room = 2);
+        run(&queue, Some(turn), true, &asks);
+        assert!(queue.lock().unwrap().is_empty());
+        let mut turn = flusher.try_flush().expect("the turn is free");
+        let mut written = turn.with(|sink| sink.written.clone());
+        written.sort_unstable();
+        assert_eq!(written, vec![1, 2]);
+    });
+}
+
+/// Who polls a client's completion queue: a caller drives and stops with its call done while
+/// its other call is a future; meanwhile another caller starts to wait for that call without
+/// driving. The poller thread is never left standing back with a waiter counted (the
+/// waiter, or the driver, calls it back), and two callers never drive at once.
+#[test]
+fn poll_duty_never_strands_a_waiter() {
+    use rpc_sync::PollDuty;
+    loom::model(|| {
+        let duty = Arc::new(PollDuty::new(true));
+        duty.call_started(false);
+        duty.call_started(false);
+        let woken = Arc::new(AtomicUsize::new(0));
+        let (d, w) = (Arc::clone(&duty), Arc::clone(&woken));
+        let waiter = thread::spawn(move || {
+            if d.begin_waiting() {
+                w.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        if duty.start_driving() {
+            assert!(!duty.start_driving(), "two drivers");
+            if duty.stop_driving(true) {
+                woken.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        waiter.join().unwrap();
+        assert!(
+            !duty.is_standing_back(),
+            "the poller stands back while a caller waits without driving"
+        );
+        duty.end_waiting();
+        duty.call_finished(false);
+        duty.call_finished(false);
+        assert_eq!(duty.calls_outstanding(), 0);
+    });
+}
+
+/// A stream opens while a stream reader whose message came stands the poller back: the
+/// poller thread is never left standing back with two streams open.
+#[test]
+fn poll_duty_calls_the_poller_back_for_a_stream() {
+    use rpc_sync::PollDuty;
+    loom::model(|| {
+        let duty = Arc::new(PollDuty::new(true));
+        duty.call_started(true);
+        let d = Arc::clone(&duty);
+        let opener = thread::spawn(move || d.call_started(true));
+        if duty.start_driving() {
+            duty.stop_driving_stream(true);
+        }
+        opener.join().unwrap();
+        assert!(
+            !duty.is_standing_back(),
+            "the poller stands back while two streams are open"
+        );
+        assert!(!duty.is_driving());
+    });
+}
+
+/// A flag raised after writing data publishes it; of two raisers exactly one wins.
+#[test]
+fn flag_publishes_and_one_raiser_wins() {
+    use rpc_sync::Flag;
+    loom::model(|| {
+        let flag = Arc::new(Flag::new(false));
+        let data = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let (f, d) = (Arc::clone(&flag), Arc::clone(&data));
+        let raiser = thread::spawn(move || {
+            // SAFETY: nobody reads `data` before the flag is raised.
+            d.with_mut(|p| unsafe { *p = 5 });
+            f.raise()
+        });
+        if flag.is_raised() {
+            // SAFETY: the raiser wrote `data` before raising, and writes nothing after.
+            assert_eq!(data.with(|p| unsafe { *p }), 5);
+        }
+        let other = flag.raise();
+        let first = raiser.join().unwrap();
+        assert!(first ^ other, "exactly one raiser wins");
     });
 }
 
 /// The credit rule of a connection (rpc-core's `Conn::slot_released` and
-/// `Conn::publish_owed`): a thread that re-posts a receive slot counts it, then reads the
-/// owed credits the owner last published, and asks the owner for a step only if the two
-/// reach the threshold; the owner's step takes the re-posts, sends a CREDIT once the owed
-/// credits reach the threshold, publishes what it still owes, then reads the re-posts again.
-/// Two releasers race a step (a frame arrived): credits that reach the threshold are never
-/// left with nobody to send them (the peer could be waiting for them), and none is lost.
+/// `Conn::publish_owed`), on the real `CreditLedger`: a thread that re-posts a receive slot
+/// counts it and asks the owner for a step only if the credits due reach the threshold; the
+/// owner's step takes the re-posts, sends a CREDIT once the owed credits reach the threshold,
+/// then publishes what it still owes, which returns the re-posts counted meanwhile. Two
+/// releasers race a step (a frame arrived): credits that reach the threshold are never left
+/// with nobody to send them (the peer could be waiting for them), and none is lost.
 #[test]
 fn credits_due_are_never_left_unsent() {
-    const THRESHOLD: usize = 2;
+    use rpc_sync::CreditLedger;
+    const THRESHOLD: u32 = 2;
     struct Owner {
-        owed: usize,
-        sent: usize,
+        owed: u32,
+        sent: u32,
     }
     fn transmit(owner: &mut Owner) {
         if owner.owed >= THRESHOLD {
@@ -81,53 +301,42 @@ fn credits_due_are_never_left_unsent() {
             owner.owed = 0;
         }
     }
-    fn step(owner: &mut Owner, reposted: &AtomicUsize, published: &AtomicUsize) {
-        owner.owed += reposted.swap(0, Ordering::SeqCst);
+    fn step(owner: &mut Owner, ledger: &CreditLedger) {
+        owner.owed += ledger.take_released();
         transmit(owner);
         loop {
-            published.store(owner.owed, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            let pending = reposted.load(Ordering::SeqCst);
+            let pending = ledger.publish_owed(owner.owed);
             if pending == 0 || owner.owed + pending < THRESHOLD {
                 return;
             }
-            owner.owed += reposted.swap(0, Ordering::SeqCst);
+            owner.owed += ledger.take_released();
             transmit(owner);
         }
     }
-    fn release(reposted: &AtomicUsize, published: &AtomicUsize, asks: &AtomicUsize) {
-        reposted.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let pending = reposted.load(Ordering::SeqCst);
-        if pending + published.load(Ordering::SeqCst) >= THRESHOLD {
-            asks.fetch_add(1, Ordering::SeqCst);
-        }
-    }
     loom::model(|| {
-        let reposted = Arc::new(AtomicUsize::new(0));
-        let published = Arc::new(AtomicUsize::new(0));
+        let ledger = Arc::new(CreditLedger::new());
         let asks = Arc::new(AtomicUsize::new(0));
         let releasers: Vec<_> = (0..2)
             .map(|_| {
-                let (r, p, a) = (
-                    Arc::clone(&reposted),
-                    Arc::clone(&published),
-                    Arc::clone(&asks),
-                );
-                thread::spawn(move || release(&r, &p, &a))
+                let (l, a) = (Arc::clone(&ledger), Arc::clone(&asks));
+                thread::spawn(move || {
+                    if l.release() >= u64::from(THRESHOLD) {
+                        a.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
             })
             .collect();
         // This thread owns the connection: a step for a frame that arrived meanwhile.
         let mut owner = Owner { owed: 0, sent: 0 };
-        step(&mut owner, &reposted, &published);
+        step(&mut owner, &ledger);
         for t in releasers {
             t.join().unwrap();
         }
         // The serializer runs every step asked for.
         for _ in 0..asks.load(Ordering::SeqCst) {
-            step(&mut owner, &reposted, &published);
+            step(&mut owner, &ledger);
         }
-        let unsent = owner.owed + reposted.load(Ordering::SeqCst);
+        let unsent = owner.owed + ledger.released_pending();
         assert!(
             unsent < THRESHOLD,
             "{unsent} credits due and nobody to send them"

@@ -3,11 +3,10 @@
 //! rendezvous with whoever completes its call ([`CallCell`]), a server's request as its
 //! handler gets it ([`RequestDelivery`]), and the encoding of outgoing messages ([`Encode`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_sync::{assert_unlocked, Oneshot};
+use rpc_sync::{assert_unlocked, Flag, Oneshot, Published};
 
 use super::stream::{Received, StreamShared};
 use crate::protocol::v2::{Connection, ConnectionMemory, Reservation};
@@ -185,26 +184,26 @@ impl Drop for Payload {
 pub(crate) struct CallCell {
     pub(crate) outcome: Oneshot<Result<Reply, Status>>,
     /// The call id, once the connection's owner opened the call.
-    id: AtomicU64,
+    id: Published,
     /// A thread is waiting and will decode the reply at once: it may stay in its slot.
-    pub(crate) thread_waiting: AtomicBool,
+    pub(crate) thread_waiting: Flag,
 }
 
 impl CallCell {
     pub(crate) fn new() -> Arc<CallCell> {
         Arc::new(CallCell {
             outcome: Oneshot::new(),
-            id: AtomicU64::new(0),
-            thread_waiting: AtomicBool::new(false),
+            id: Published::new(0),
+            thread_waiting: Flag::new(false),
         })
     }
 
     pub(crate) fn id(&self) -> u64 {
-        self.id.load(Ordering::Acquire)
+        self.id.get()
     }
 
     pub(crate) fn set_id(&self, id: u64) {
-        self.id.store(id, Ordering::Release);
+        self.id.set(id);
     }
 
     /// Leaves the outcome and wakes the caller.
@@ -215,7 +214,7 @@ impl CallCell {
     /// of credits for the replies that callers are waiting for.
     pub(crate) fn complete(&self, result: Result<Reply, Status>) {
         let result = match result {
-            Ok(reply) if !self.thread_waiting.load(Ordering::Acquire) => Ok(Reply {
+            Ok(reply) if !self.thread_waiting.is_raised() => Ok(Reply {
                 payload: reply.payload.detach(),
                 ..reply
             }),
@@ -230,16 +229,16 @@ impl CallCell {
     /// Makes a used cell new again (it must not be shared any more).
     pub(crate) fn reset(&mut self) {
         self.outcome.reset();
-        *self.id.get_mut() = 0;
-        *self.thread_waiting.get_mut() = false;
+        self.id.set(0);
+        self.thread_waiting.set(false);
     }
 
     /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<Result<Reply, Status>> {
         assert_unlocked("waiting for a reply");
-        self.thread_waiting.store(true, Ordering::Release);
+        self.thread_waiting.set(true);
         let result = self.outcome.wait(deadline);
-        self.thread_waiting.store(false, Ordering::Release);
+        self.thread_waiting.set(false);
         result
     }
 }

@@ -9,12 +9,11 @@
 use foldhash::{HashMap, HashMapExt};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rpc_sync::{Exclusive, Mutex, Runnable, RwLock};
+use rpc_sync::{Exclusive, Flag, Mutex, PollDuty, Runnable, RwLock};
 
 use super::conn::{Conn, Work};
 use super::port::Dispatch;
@@ -60,35 +59,26 @@ pub(crate) struct Endpoint {
     /// drives completions itself while it waits (no thread hand-off on the reply path).
     /// Try-only: a thread that finds it taken leaves the polling to its owner.
     polling: Exclusive<PollState>,
-    /// 1 while a caller drives completions; the poller thread then stands back.
-    drivers: AtomicUsize,
+    /// Who polls: the poller thread, or a caller driving completions itself (the poller
+    /// thread then stands back); with the counts that decide it: client calls outstanding,
+    /// of those the streams (whose readers and senders wait without being counted as
+    /// waiters), and the unary calls somebody waits for without driving.
+    ///
     /// A caller that drove completions is likely to drive again at once: a blocking stream
     /// reader whose message came (its call the client's only one), or, over verbs, a caller
     /// whose reply came while its other calls (futures it has not waited for yet) are still
     /// outstanding. The poller thread keeps standing back (it looks once per tick), so the
-    /// caller's own polling is the only client thread on the reply path. Cleared when a
-    /// stream call starts, when somebody starts waiting without driving (`waiters`), when
+    /// caller's own polling is the only client thread on the reply path. It stops standing
+    /// back when a stream call starts, when somebody starts waiting without driving, when
     /// the caller gives up driving, or after a tick in which nobody drove.
-    standing_back: AtomicBool,
-    /// Some caller started driving since the poller last looked (while standing back).
-    drove: AtomicBool,
-    /// Client calls started and not yet over for their callers.
-    calls_outstanding: AtomicUsize,
-    /// Of `calls_outstanding`, the stream calls: their readers and senders wait without being
-    /// counted in `waiters`, so the poller thread does not stand back for a unary caller
-    /// while there are any.
-    streams_outstanding: AtomicUsize,
-    /// Unary calls whose outcome somebody waits for without driving: a blocking caller
-    /// parked, a future polled and pending. While there are any, nobody else drives with
-    /// calls outstanding, and the poller thread does not stand back.
-    waiters: AtomicUsize,
+    duty: PollDuty,
     /// A link was registered since the last poll: completions held for it may wait.
-    adoption_pending: AtomicBool,
+    adoption_pending: Flag,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
     role: Role,
     dispatch: Option<Arc<dyn Dispatch>>,
     pub(crate) counters: Arc<Counters>,
-    stop: AtomicBool,
+    stop: Flag,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
     /// What connections may hold for their peers (PROTOCOL.md §15).
@@ -130,6 +120,7 @@ impl Endpoint {
             stall_timeout,
         } = settings;
         let ep = Arc::new(Endpoint {
+            duty: PollDuty::new(cq.needs_polling()),
             cq,
             links: RwLock::new(HashMap::new()),
             snapshot: RwLock::new(Arc::from(Vec::new())),
@@ -142,18 +133,12 @@ impl Endpoint {
                 batch: Vec::with_capacity(32),
                 last: None,
             }),
-            drivers: AtomicUsize::new(0),
-            standing_back: AtomicBool::new(false),
-            drove: AtomicBool::new(false),
-            calls_outstanding: AtomicUsize::new(0),
-            streams_outstanding: AtomicUsize::new(0),
-            waiters: AtomicUsize::new(0),
-            adoption_pending: AtomicBool::new(false),
+            adoption_pending: Flag::new(false),
             poller_thread: std::sync::OnceLock::new(),
             role,
             dispatch,
             counters,
-            stop: AtomicBool::new(false),
+            stop: Flag::new(false),
             idle_spin,
             keepalive,
             memory,
@@ -216,7 +201,7 @@ impl Endpoint {
         // Completions may have arrived before the link was registered, and be held for it
         // by whoever polled then: the next poll hands them over. The poller does not sleep
         // while this is pending, even if another thread holds the poll ownership just now.
-        self.adoption_pending.store(true, Ordering::SeqCst);
+        self.adoption_pending.raise();
         self.cq.wake();
         conn
     }
@@ -242,7 +227,7 @@ impl Endpoint {
 
     /// Stops the poller (after the current batch).
     pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.stop.raise();
         self.cq.wake();
     }
 
@@ -288,7 +273,7 @@ impl Endpoint {
         let mut guard = self.polling.try_lock()?;
         // Cleared before polling: a link registered from now on finds this poll's
         // orphans in place, or sets the flag again.
-        self.adoption_pending.store(false, Ordering::SeqCst);
+        self.adoption_pending.lower();
         Some(guard.with(|state| {
             let mut batch = std::mem::take(&mut state.batch);
             let n = self.cq.poll(&mut batch, 32);
@@ -347,19 +332,12 @@ impl Endpoint {
             naps += 1;
         }
         let ready = ready();
-        if !ready {
-            self.standing_back.store(false, Ordering::SeqCst);
-            self.stop_driving(false);
-            return false;
+        // The poller thread keeps standing back for a reader whose message came, unless
+        // other calls are outstanding (a call started now is seen, or sees the standing back).
+        if self.duty.stop_driving_stream(ready) {
+            self.wake_the_poller();
         }
-        // Set before the count is read, and `call_started` counts before it clears the
-        // flag: either a call started now sees the flag, or the count here sees the call.
-        self.standing_back.store(true, Ordering::SeqCst);
-        self.drivers.store(0, Ordering::SeqCst);
-        if self.calls_outstanding.load(Ordering::SeqCst) > 1 {
-            self.call_the_poller_back();
-        }
-        true
+        ready
     }
 
     /// Becomes the driver (if allowed: `spin` > 0, the only call outstanding, nobody else
@@ -372,7 +350,7 @@ impl Endpoint {
         clock_every: u32,
         ready: impl Fn() -> bool,
     ) -> bool {
-        if spin.is_zero() || !self.may_drive() || !self.start_driving() {
+        if spin.is_zero() || !self.duty.start_driving() {
             return false;
         }
         let until = Instant::now() + spin;
@@ -391,75 +369,22 @@ impl Endpoint {
         true
     }
 
-    /// Whether a caller's call is the only one, or the others are futures nobody waits for
-    /// on a queue that needs polling (see [`Endpoint::drive`]).
-    fn may_drive(&self) -> bool {
-        self.calls_outstanding() <= 1 || self.may_stand_back()
-    }
-
-    /// Whether the poller thread may stand back for a unary caller that drove while other
-    /// calls are outstanding: over verbs (over TCP the I/O thread handles what it reads, and
-    /// a caller spinning besides only takes its CPU), with no stream open and nobody
-    /// waiting without driving.
-    fn may_stand_back(&self) -> bool {
-        self.cq.needs_polling()
-            && self.streams_outstanding.load(Ordering::SeqCst) == 0
-            && self.waiters.load(Ordering::SeqCst) == 0
-    }
-
-    /// A caller asks to drive completions itself; granted (`true`) if nobody else does.
-    fn start_driving(&self) -> bool {
-        let granted = self
-            .drivers
-            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok();
-        if granted {
-            self.drove.store(true, Ordering::Relaxed);
-        }
-        granted
-    }
-
-    /// Ends the poller thread's standing back (if it was) and wakes it.
-    fn call_the_poller_back(&self) {
-        if self.standing_back.swap(false, Ordering::SeqCst) {
-            self.wake_the_poller();
-        }
-    }
-
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
     /// is done wakes the poller only if other calls wait for completions: otherwise the
     /// poller finds out at its next tick (at most `DEADLINE_TICK`), and a caller making one
     /// call after another costs no wake-up per call. Over verbs, when the other calls are
     /// futures nobody waits for (a window of calls that this caller waits for one by one),
-    /// the poller thread stands back instead: the caller's next wait drives again.
+    /// the poller thread stands back instead: the caller's next wait drives again
+    /// ([`PollDuty::stop_driving`]).
     fn stop_driving(&self, own_call_done: bool) {
-        // SeqCst pairs with `call_started` and `start_driving`: a caller that failed to
-        // become the driver counted its call before, so it is seen here.
-        self.drivers.store(0, Ordering::SeqCst);
-        if !own_call_done {
-            self.standing_back.store(false, Ordering::SeqCst);
+        if self.duty.stop_driving(own_call_done) {
             self.wake_the_poller();
-            return;
-        }
-        if self.calls_outstanding.load(Ordering::SeqCst) <= 1 {
-            return;
-        }
-        if !self.may_stand_back() {
-            self.wake_the_poller();
-            return;
-        }
-        self.drove.store(true, Ordering::Relaxed);
-        // Set before `waiters` and `streams_outstanding` are read again; who starts to wait,
-        // or opens a stream, counts before reading the flag: one of the two sees the other.
-        self.standing_back.store(true, Ordering::SeqCst);
-        if !self.may_stand_back() {
-            self.call_the_poller_back();
         }
     }
 
     fn wake_the_poller(&self) {
         if let Some(t) = self.poller_thread.get() {
-            super::woke_a_thread();
+            rpc_sync::woke_a_thread();
             t.unpark();
         }
     }
@@ -468,26 +393,14 @@ impl Endpoint {
     /// or counts itself among the waiters when it waits; a stream's may not, so the poller
     /// thread comes back.
     pub(crate) fn call_started(&self, stream: bool) {
-        self.calls_outstanding.fetch_add(1, Ordering::SeqCst);
-        if stream {
-            self.streams_outstanding.fetch_add(1, Ordering::SeqCst);
-            if self.standing_back.load(Ordering::SeqCst) {
-                self.call_the_poller_back();
-            }
+        if self.duty.call_started(stream) {
+            self.wake_the_poller();
         }
-    }
-
-    /// Client calls started and not yet over for their callers.
-    pub(crate) fn calls_outstanding(&self) -> usize {
-        self.calls_outstanding.load(Ordering::SeqCst)
     }
 
     /// A client call is over for its caller.
     pub(crate) fn call_finished(&self, stream: bool) {
-        if stream {
-            self.streams_outstanding.fetch_sub(1, Ordering::SeqCst);
-        }
-        self.calls_outstanding.fetch_sub(1, Ordering::SeqCst);
+        self.duty.call_finished(stream);
     }
 
     /// Somebody waits for a unary call's outcome without driving (a parked caller, a
@@ -500,16 +413,14 @@ impl Endpoint {
     /// [`Endpoint::waiting`] for a waiter that outlives a borrow (a pending future); it
     /// must call [`Endpoint::end_waiting`] once.
     pub(crate) fn begin_waiting(&self) {
-        // Counted before the flag is read: pairs with `stop_driving`'s store-then-read.
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        if self.standing_back.load(Ordering::SeqCst) {
-            self.call_the_poller_back();
+        if self.duty.begin_waiting() {
+            self.wake_the_poller();
         }
     }
 
     /// A waiter counted by [`Endpoint::begin_waiting`] stops waiting.
     pub(crate) fn end_waiting(&self) {
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.duty.end_waiting();
     }
 
     fn run(self: Arc<Self>) {
@@ -527,9 +438,9 @@ impl Endpoint {
         .map(|t| t.max(Duration::from_millis(10)));
         let mut next_conn_tick = conn_tick_every.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
-        while !self.stop.load(Ordering::Acquire) {
-            let standing_back = self.standing_back.load(Ordering::Acquire);
-            if standing_back || self.drivers.load(Ordering::Acquire) > 0 {
+        while !self.stop.is_raised() {
+            let standing_back = self.duty.is_standing_back();
+            if standing_back || self.duty.is_driving() {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
                 rpc_sync::park_timeout(DEADLINE_TICK);
                 let now = Instant::now();
@@ -539,13 +450,11 @@ impl Endpoint {
                 }
                 // A caller may drive for long (a window of calls kept full): pings still go.
                 self.send_conn_ticks(now, &mut next_conn_tick, conn_tick_every);
-                if standing_back && self.drivers.load(Ordering::Acquire) == 0 {
+                if standing_back && !self.duty.is_driving() {
                     // What came while the reader was busy with its messages; a reader that
                     // did not wait for one during a whole tick is not polling any more.
                     self.poll_once();
-                    if !self.drove.swap(false, Ordering::Relaxed) {
-                        self.standing_back.store(false, Ordering::SeqCst);
-                    }
+                    self.duty.tick();
                 }
                 last_work = now;
                 continue;
@@ -572,9 +481,7 @@ impl Endpoint {
             if n > 0 {
                 continue;
             }
-            if now.duration_since(last_work) < self.idle_spin
-                || self.adoption_pending.load(Ordering::SeqCst)
-            {
+            if now.duration_since(last_work) < self.idle_spin || self.adoption_pending.is_raised() {
                 std::hint::spin_loop();
                 continue;
             }
@@ -769,7 +676,10 @@ fn run_woken_tasks() {
             task
         });
         match next {
-            Some(task) => task.run(),
+            Some(task) => {
+                rpc_sync::assert_unlocked("running a handler task");
+                task.run();
+            }
             None => return,
         }
     }

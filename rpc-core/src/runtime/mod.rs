@@ -48,21 +48,16 @@ pub fn default_memory_budget() -> usize {
 /// RESOURCE_EXHAUSTED (PROTOCOL.md §15): 10 s.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Thread wake-ups the runtime issued (process-wide): a parked caller unparked, a sleeping
-/// poller woken, a request handed to the worker pool. For the `wakeups_per_call` benchmark.
-static WAKEUPS: AtomicU64 = AtomicU64::new(0);
-
-/// Counts one wake-up the runtime issues.
-pub(crate) fn woke_a_thread() {
-    WAKEUPS.fetch_add(1, Ordering::Relaxed);
-}
+/// Counts one wake-up the runtime issues (kept in `rpc_sync`, below the transports, so that
+/// every layer counts without reaching up).
+pub(crate) use rpc_sync::woke_a_thread;
 
 /// Thread wake-ups the runtime has issued in this process so far (parked callers unparked,
 /// sleeping pollers woken, requests handed to the worker pool): what `make bench` reports as
 /// `wakeups_per_call`. Not a stable API.
 #[doc(hidden)]
 pub fn wakeups_issued() -> u64 {
-    WAKEUPS.load(Ordering::Relaxed)
+    rpc_sync::wakeups_issued()
 }
 
 /// Counters of an endpoint (client or server).

@@ -9,48 +9,45 @@
 //! deepest the queue has been, queueing allocates nothing (crossbeam's unbounded channel
 //! allocated a block every 31 sends).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use rpc_sync::{Mutex, Runnable, Schedule, WorkQueue};
+use rpc_sync::{Count, Flag, Mutex, Runnable, Schedule, WorkQueue};
 
-use super::server::{IncomingRequest, ReplySink};
-use crate::runtime::server::Service;
-
-/// A request for a handler: queued as a plain value (no box, no allocation per request).
-pub(crate) struct Job {
-    pub(crate) service: Arc<dyn Service>,
-    pub(crate) index: usize,
-    pub(crate) request: IncomingRequest,
-    pub(crate) reply: ReplySink,
+/// A call for a handler, queued by value (no box, no allocation per request): the server's
+/// job type says how it runs and how it is answered when it never will.
+pub(crate) trait PoolJob: Send + 'static {
+    /// Runs the call's handler, on a worker.
+    fn run(self);
+    /// Answers the call without running it: the pool shut down first.
+    fn refuse(self);
 }
 
 // Calls go by value, not boxed: no allocation per request (the variants' sizes differ).
 #[allow(clippy::large_enum_variant)]
-enum Work {
-    Call(Job),
+enum Work<J> {
+    Call(J),
     Task(Arc<dyn Runnable>),
     Stop,
 }
 
-/// Runs something on each of the server's threads around its loop (entering an async
-/// runtime's context, say): it must call the closure it gets.
-pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
+pub use crate::transport::ThreadContext;
 
 /// Room in the queue's buffer before it first grows.
 const INITIAL_CAPACITY: usize = 64;
 
-struct Queue {
-    work: WorkQueue<Work>,
+struct Queue<J> {
+    work: WorkQueue<Work<J>>,
     /// Calls queued and not picked up yet.
-    queued_calls: AtomicUsize,
+    queued_calls: Count,
     max_queued: usize,
-    /// The workers stopped: whoever queues work must see that it is done.
-    stopped: AtomicBool,
+    /// The workers stopped: whoever queues work must see that it is done. Raised before the
+    /// final drain, which takes the queue's lock, and read after queueing under that lock:
+    /// either the drain finds the item, or the queuer sees the flag and drains it itself.
+    stopped: Flag,
 }
 
-impl Queue {
+impl<J: PoolJob> Queue<J> {
     /// Finishes what nobody will run: calls are answered UNAVAILABLE, tasks are cancelled
     /// and run once, which drops their futures (and what those hold: the call, its
     /// connection). A task woken by that lands here again and is handled the same way.
@@ -58,11 +55,8 @@ impl Queue {
         while let Some(work) = self.work.try_pop() {
             match work {
                 Work::Call(job) => {
-                    self.queued_calls.fetch_sub(1, Ordering::AcqRel);
-                    drop(job.request);
-                    job.reply.fail(crate::Status::unavailable(
-                        "the server shut down before the call's handler ran",
-                    ));
+                    self.queued_calls.sub(1);
+                    job.refuse();
                 }
                 Work::Task(task) => {
                     task.cancel();
@@ -74,11 +68,30 @@ impl Queue {
     }
 }
 
+/// A pool's queue as the tasks it runs see it, whatever its job type.
+trait TaskQueue: Send + Sync {
+    /// Queues a woken task (never refused: see the module docs).
+    fn push_task(&self, task: Arc<dyn Runnable>);
+}
+
+impl<J: PoolJob> TaskQueue for Queue<J> {
+    fn push_task(&self, task: Arc<dyn Runnable>) {
+        // Unbounded by design, bounded in fact: see the module docs.
+        self.work.push(Work::Task(task));
+        super::woke_a_thread();
+        // Woken after the workers stopped (by a timer, a late connection close): nobody
+        // else will take it, and a task left queued would keep its future forever.
+        if self.stopped.is_raised() {
+            self.drain();
+        }
+    }
+}
+
 /// Where woken handler tasks go: the pool's queue; for an inline method's task woken while
 /// a server's poller polls, that poller (see [`super::endpoint::run_on_this_poller`]).
 #[derive(Clone)]
 pub(crate) struct Spawner {
-    queue: Arc<Queue>,
+    queue: Arc<dyn TaskQueue>,
     inline: bool,
 }
 
@@ -102,14 +115,7 @@ impl Schedule for Spawner {
         } else {
             task
         };
-        // Unbounded by design, bounded in fact: see the module docs.
-        self.queue.work.push(Work::Task(task));
-        super::woke_a_thread();
-        // Woken after the workers stopped (by a timer, a late connection close): nobody
-        // else will take it, and a task left queued would keep its future forever.
-        if self.queue.stopped.load(Ordering::SeqCst) {
-            self.queue.drain();
-        }
+        self.queue.push_task(task);
     }
 
     fn panicked(&self, panic: Box<dyn std::any::Any + Send>) {
@@ -122,24 +128,25 @@ impl Schedule for Spawner {
     }
 }
 
-pub(crate) struct WorkerPool {
-    queue: Arc<Queue>,
+/// The worker threads and their queue, for calls of type `J`.
+pub(crate) struct WorkerPool<J: PoolJob> {
+    queue: Arc<Queue<J>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-impl WorkerPool {
+impl<J: PoolJob> WorkerPool<J> {
     /// `size` workers sharing a queue of at most `max_queued` calls.
     pub(crate) fn new(
         size: usize,
         max_queued: usize,
         context: Option<ThreadContext>,
-    ) -> Result<WorkerPool, crate::Error> {
+    ) -> Result<WorkerPool<J>, crate::Error> {
         let max_queued = max_queued.max(1);
         let queue = Arc::new(Queue {
             work: WorkQueue::with_capacity(INITIAL_CAPACITY.min(max_queued)),
-            queued_calls: AtomicUsize::new(0),
+            queued_calls: Count::new(0),
             max_queued,
-            stopped: AtomicBool::new(false),
+            stopped: Flag::new(false),
         });
         let mut threads = Vec::with_capacity(size);
         for i in 0..size.max(1) {
@@ -166,20 +173,19 @@ impl WorkerPool {
     /// Where woken tasks of this pool's handlers go.
     pub(crate) fn spawner(&self) -> Spawner {
         Spawner {
-            queue: Arc::clone(&self.queue),
+            queue: Arc::clone(&self.queue) as Arc<dyn TaskQueue>,
             inline: false,
         }
     }
 
     /// Queues a call; gives it back if `max_queued` calls wait already (or the pool
     /// stopped).
-    pub(crate) fn execute(&self, job: Job) -> Option<Job> {
+    pub(crate) fn execute(&self, job: J) -> Option<J> {
         let q = &self.queue;
-        if q.stopped.load(Ordering::SeqCst) {
+        if q.stopped.is_raised() {
             return Some(job);
         }
-        if q.queued_calls.fetch_add(1, Ordering::AcqRel) >= q.max_queued {
-            q.queued_calls.fetch_sub(1, Ordering::AcqRel);
+        if !q.queued_calls.try_add_below(q.max_queued) {
             return Some(job);
         }
         q.work.push(Work::Call(job));
@@ -188,7 +194,7 @@ impl WorkerPool {
         super::woke_a_thread();
         // Queued while the pool stopped: answered by the drain (here, if the shutdown's
         // drain ran before the push).
-        if q.stopped.load(Ordering::SeqCst) {
+        if q.stopped.is_raised() {
             q.drain();
         }
         None
@@ -204,17 +210,17 @@ impl WorkerPool {
         for t in threads {
             let _ = t.join();
         }
-        self.queue.stopped.store(true, Ordering::SeqCst);
+        self.queue.stopped.raise();
         self.queue.drain();
     }
 }
 
-fn worker_loop(queue: &Queue) {
+fn worker_loop<J: PoolJob>(queue: &Queue<J>) {
     loop {
         match queue.work.pop() {
             Work::Call(job) => {
-                queue.queued_calls.fetch_sub(1, Ordering::AcqRel);
-                super::server::run_handler(&*job.service, job.index, job.request, job.reply);
+                queue.queued_calls.sub(1);
+                job.run();
             }
             Work::Task(task) => {
                 rpc_sync::assert_unlocked("running a handler task");
@@ -225,7 +231,7 @@ fn worker_loop(queue: &Queue) {
     }
 }
 
-impl Drop for WorkerPool {
+impl<J: PoolJob> Drop for WorkerPool<J> {
     fn drop(&mut self) {
         self.shutdown();
     }

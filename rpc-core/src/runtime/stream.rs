@@ -3,11 +3,11 @@
 //! has consumed. Both sides of a streaming call use it: a client's call handle and response
 //! stream, a server's request stream and response sender.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_sync::{Inbox, Mutex, Pushed, Signal};
+use rpc_sync::{Flag, Inbox, Mutex, Published, Pushed, Signal};
 
 use super::port::Port;
 use crate::protocol::v2::{Connection, Reservation};
@@ -62,52 +62,52 @@ impl std::ops::Deref for Received {
 /// One streaming call's shared state.
 pub(crate) struct StreamShared {
     /// The call id (a client's: once the owner opened the call).
-    id: AtomicU64,
+    id: Published,
     pub(crate) inbox: Inbox<Incoming>,
     /// Raised by the owner when the sender may hand over its next message.
     pub(crate) send_ready: Signal,
     /// The call is over for the sender (ended, cancelled, lost).
-    finished: AtomicBool,
+    finished: Flag,
     /// Window bytes the reader consumed and the owner was not told of yet.
     consumed: AtomicU32,
     /// Consumed bytes worth a report: half the window this side grants per call.
     report_at: u32,
     /// Server: the handler's task, cancelled with the call.
     task: Mutex<Option<Arc<dyn Cancel>>>,
-    cancelled: AtomicBool,
+    cancelled: Flag,
 }
 
 impl StreamShared {
     /// State for a call whose windows are `local_window` bytes (what this side grants).
     pub(crate) fn new(id: u64, local_window: u32, may_send: bool) -> Arc<StreamShared> {
         Arc::new(StreamShared {
-            id: AtomicU64::new(id),
+            id: Published::new(id),
             inbox: Inbox::new(),
             send_ready: Signal::new(may_send),
-            finished: AtomicBool::new(false),
+            finished: Flag::new(false),
             consumed: AtomicU32::new(0),
             report_at: (local_window / 2).max(1),
             task: Mutex::new(None),
-            cancelled: AtomicBool::new(false),
+            cancelled: Flag::new(false),
         })
     }
 
     pub(crate) fn id(&self) -> u64 {
-        self.id.load(Ordering::Acquire)
+        self.id.get()
     }
 
     pub(crate) fn set_id(&self, id: u64) {
-        self.id.store(id, Ordering::Release);
+        self.id.set(id);
     }
 
     /// Whether the call is over for the sender.
     pub(crate) fn is_finished(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
+        self.finished.is_raised()
     }
 
     /// The call ended (owner side): the sender stops, a waiting sender goes on to find out.
     pub(crate) fn finish(&self) {
-        self.finished.store(true, Ordering::Release);
+        self.finished.raise();
         if self.send_ready.raise() {
             super::woke_a_thread();
         }
@@ -135,9 +135,10 @@ impl StreamShared {
     /// returns it to the peer.
     pub(crate) fn consumed(&self, port: &Port, shared: &Arc<StreamShared>, len: usize) {
         let cost = Connection::<(), Vec<u8>>::message_cost(len);
-        let total = self.consumed.fetch_add(cost, Ordering::AcqRel) + cost;
+        // A count of bytes only (the report goes through the owner's serializer): Relaxed.
+        let total = self.consumed.fetch_add(cost, Ordering::Relaxed) + cost;
         if total >= self.report_at {
-            let bytes = self.consumed.swap(0, Ordering::AcqRel);
+            let bytes = self.consumed.swap(0, Ordering::Relaxed);
             if bytes > 0 {
                 port.consumed(shared, bytes);
             }
@@ -154,7 +155,7 @@ impl StreamShared {
 
     /// The peer gave the call up (the first part of [`StreamShared::cancel`]).
     pub(crate) fn mark_cancelled(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+        self.cancelled.raise();
     }
 
     /// Cancels the handler's task, letting go of it: the call no longer keeps it (nor,
@@ -168,13 +169,13 @@ impl StreamShared {
 
     /// Whether the peer cancelled the call.
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        self.cancelled.is_raised()
     }
 
     /// Server: the task running the call's handler, cancelled if the call is.
     pub(crate) fn attach(&self, task: Arc<dyn Cancel>) {
         *self.task.lock() = Some(Arc::clone(&task));
-        if self.cancelled.load(Ordering::SeqCst) {
+        if self.cancelled.is_raised() {
             task.cancel();
         }
     }

@@ -3,14 +3,11 @@
 //! moves from the ring's posted pool into a [`RecvBuf`] and back when that is dropped, so
 //! frames are read into slots and decoded in place exactly as with verbs.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use std::collections::VecDeque;
+use std::time::Duration;
 
 use crossbeam::queue::ArrayQueue;
-use parking_lot::{Condvar, Mutex};
+use rpc_sync::{CreditLedger, DrainQueue};
 
 use super::{
     Completion, CompletionQueue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig, SendBuf,
@@ -23,7 +20,7 @@ use std::sync::{OnceLock, Weak};
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
     posted: ArrayQueue<Vec<u8>>,
-    reposted: AtomicU32,
+    credits: CreditLedger,
     slot_size: usize,
 }
 
@@ -32,7 +29,7 @@ impl HeapRecvRing {
     pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
         let ring = HeapRecvRing {
             posted: ArrayQueue::new(count as usize),
-            reposted: AtomicU32::new(0),
+            credits: CreditLedger::new(),
             slot_size: size as usize,
         };
         for _ in 0..count {
@@ -64,14 +61,9 @@ impl HeapRecvRing {
         }
     }
 
-    /// Re-posts reported since the last call.
-    pub(crate) fn take_reposted(&self) -> u32 {
-        self.reposted.swap(0, Ordering::SeqCst)
-    }
-
-    /// Re-posts not yet taken.
-    pub(crate) fn reposted_pending(&self) -> u32 {
-        self.reposted.load(Ordering::SeqCst)
+    /// The ring's credit ledger: re-posts not taken yet, and the owed credits published.
+    pub(crate) fn credits(&self) -> &CreditLedger {
+        &self.credits
     }
 }
 
@@ -93,7 +85,7 @@ impl Drop for HeapRecv {
         // The slot must be back in the pool before the credit is counted: the peer may send
         // into it as soon as it learns of the credit.
         if self.ring.posted.push(buf).is_ok() {
-            self.ring.reposted.fetch_add(1, Ordering::SeqCst);
+            self.ring.credits.release();
         }
     }
 }
@@ -155,111 +147,67 @@ impl HeapSendPool {
     }
 }
 
-/// A completion queue that other threads (the TCP I/O thread, in-memory peers) push into.
-///
-/// A `VecDeque` under a short lock (no I/O, no waiting inside) rather than a linked queue:
-/// it keeps its capacity, so steady traffic allocates nothing. Its length is bounded by the
-/// transports: each completion of a link holds one of its posted receive slots, plus one
-/// `Closed` per link.
+/// A completion queue that other threads (the TCP I/O thread, in-memory peers) push into:
+/// an [`rpc_sync::DrainQueue`] (a buffer under a short lock that keeps its capacity, so
+/// steady traffic allocates nothing). Its length is bounded by the transports: each
+/// completion of a link holds one of its posted receive slots, plus one `Closed` per link.
 pub(crate) struct ChannelCq {
-    queue: rpc_sync::Mutex<VecDeque<Completion>>,
+    queue: DrainQueue<Completion>,
     driver: OnceLock<Weak<dyn Driver>>,
-    sleeping: AtomicBool,
-    notified: Mutex<bool>,
-    cv: Condvar,
 }
 
 impl ChannelCq {
     pub(crate) fn new() -> Arc<ChannelCq> {
         Arc::new(ChannelCq {
-            queue: rpc_sync::Mutex::new(VecDeque::with_capacity(64)),
+            queue: DrainQueue::with_capacity(64),
             driver: OnceLock::new(),
-            sleeping: AtomicBool::new(false),
-            notified: Mutex::new(false),
-            cv: Condvar::new(),
         })
     }
 
     /// Adds a completion without waking anyone: the caller follows with [`ChannelCq::drive`]
     /// (a producer batching several completions).
     pub(crate) fn enqueue(&self, c: Completion) {
-        self.queue.lock().push_back(c);
+        self.queue.enqueue(c);
     }
 
     /// Handles the queued completions on this thread if no other thread is polling; the
-    /// poller is woken only when no endpoint is registered yet. The thread that holds the
-    /// poll lock re-checks the queue after releasing it (the fences make sure one of the two
-    /// sees the other), so nothing is left behind.
+    /// poller is woken only when no endpoint is registered yet. The thread that polls
+    /// re-checks the queue after it lets go ([`DrainQueue::drive`]), so nothing is left
+    /// behind.
     pub(crate) fn drive(&self) {
-        if self.queue.lock().is_empty() {
+        if self.queue.is_empty() {
             // Whatever this thread queued was taken by a poller, which handles it.
             return;
         }
         let Some(driver) = self.driver.get().and_then(Weak::upgrade) else {
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if self.sleeping.load(Ordering::SeqCst) {
-                self.wake();
+            if self.queue.wake_if_sleeping() {
+                rpc_sync::woke_a_thread();
             }
             return;
         };
-        loop {
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if !driver.drive_once() {
-                return;
-            }
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if self.queue.lock().is_empty() {
-                return;
-            }
-        }
+        self.queue.drive(|| driver.drive_once());
     }
 
     /// Adds a completion and wakes the poller if it sleeps.
     pub(crate) fn push(&self, c: Completion) {
-        self.queue.lock().push_back(c);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst) {
-            self.wake();
+        if self.queue.push(c) {
+            rpc_sync::woke_a_thread();
         }
     }
 }
 
 impl CompletionQueue for ChannelCq {
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let mut queue = self.queue.lock();
-        let n = queue.len().min(max);
-        out.extend(queue.drain(..n));
-        n
+        self.queue.drain_into(out, max)
     }
 
     fn wait(&self, timeout: Option<Duration>) {
-        self.sleeping.store(true, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if !self.queue.lock().is_empty() {
-            self.sleeping.store(false, Ordering::SeqCst);
-            return;
-        }
-        rpc_sync::assert_unlocked("waiting for completions");
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut notified = self.notified.lock();
-        while !*notified {
-            match deadline {
-                Some(d) => {
-                    if self.cv.wait_until(&mut notified, d).timed_out() {
-                        break;
-                    }
-                }
-                None => self.cv.wait(&mut notified),
-            }
-        }
-        *notified = false;
-        self.sleeping.store(false, Ordering::SeqCst);
+        self.queue.wait(timeout);
     }
 
     fn wake(&self) {
-        crate::runtime::woke_a_thread();
-        *self.notified.lock() = true;
-        self.cv.notify_one();
+        rpc_sync::woke_a_thread();
+        self.queue.wake();
     }
 
     fn set_driver(&self, driver: Weak<dyn Driver>) {
@@ -328,6 +276,7 @@ impl<T: HeapLink> Link for T {
     }
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        rpc_sync::assert_unlocked("posting a frame");
         let result = self.transmit(buf, len);
         if result.is_err() {
             self.shutdown();
@@ -336,6 +285,7 @@ impl<T: HeapLink> Link for T {
     }
 
     fn post_send_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        rpc_sync::assert_unlocked("posting a frame");
         let result = self.transmit_batched(buf, len);
         if result.is_err() {
             self.shutdown();
@@ -344,6 +294,7 @@ impl<T: HeapLink> Link for T {
     }
 
     fn flush_sends(&self) -> Result<(), Error> {
+        rpc_sync::assert_unlocked("flushing posted frames");
         let result = self.flush();
         if result.is_err() {
             self.shutdown();
@@ -352,11 +303,15 @@ impl<T: HeapLink> Link for T {
     }
 
     fn take_reposted(&self) -> u32 {
-        self.parts().recv_ring.take_reposted()
+        self.parts().recv_ring.credits().take_released()
     }
 
-    fn reposted_pending(&self) -> u32 {
-        self.parts().recv_ring.reposted_pending()
+    fn publish_owed(&self, owed: u32) -> u32 {
+        self.parts().recv_ring.credits().publish_owed(owed)
+    }
+
+    fn credits_due(&self, threshold: u32) -> bool {
+        self.parts().recv_ring.credits().due(threshold)
     }
 
     fn local_hello(&self) -> Hello {

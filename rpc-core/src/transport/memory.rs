@@ -4,12 +4,11 @@
 //! are registered by name (`mem:NAME` addresses).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use crossbeam::channel::{self, Receiver, Sender};
-use parking_lot::Mutex;
+use rpc_sync::{Flag, Mutex};
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts};
 use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
@@ -21,12 +20,12 @@ struct MemoryLink {
     parts: HeapLinkParts,
     cq: Arc<ChannelCq>,
     peer: OnceLock<Weak<MemoryLink>>,
-    closed: AtomicBool,
+    closed: Flag,
 }
 
 impl MemoryLink {
     fn report_closed(&self, reason: &str) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.raise() {
             self.cq.push(Completion::Closed {
                 link: self.parts.id,
                 reason: reason.to_string(),
@@ -48,7 +47,7 @@ impl HeapLink for MemoryLink {
         // The slot returns to its pool when `buf` drops at the end of this call.
         let frame = &buf[..len];
         let peer = match self.peer() {
-            Some(p) if !self.closed.load(Ordering::Acquire) => p,
+            Some(p) if !self.closed.is_raised() => p,
             _ => {
                 return Err(Error::ConnectionClosed(
                     "in-memory peer is gone".to_string(),
@@ -100,7 +99,7 @@ fn make_link(
         parts: HeapLinkParts::new(id, ring, peer, name.to_string()),
         cq,
         peer: OnceLock::new(),
-        closed: AtomicBool::new(false),
+        closed: Flag::new(false),
     })
 }
 

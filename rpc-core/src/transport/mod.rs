@@ -23,6 +23,11 @@ pub mod verbs;
 /// Identifies a link within its endpoint.
 pub type LinkId = u64;
 
+/// Runs something on each of a server's threads around its loop (entering an async
+/// runtime's context, say): it must call the closure it gets. Defined here, below the
+/// runtime, because transports run threads of their own (the TCP I/O thread).
+pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
+
 /// One connected peer: a reliable, message-preserving, in-order channel of frames.
 pub trait Link: Send + Sync + 'static {
     /// This link's id within its endpoint (the `link` of its completions).
@@ -47,10 +52,14 @@ pub trait Link: Send + Sync + 'static {
     }
     /// Receive slots re-posted since the last call: the credits owed to the peer.
     fn take_reposted(&self) -> u32;
-    /// Receive slots re-posted and not yet taken by [`Link::take_reposted`]. Re-posts count,
-    /// and this reads, with `SeqCst`: the runtime's credit check orders them against its
-    /// published owed credits with a fence on each side.
-    fn reposted_pending(&self) -> u32;
+    /// Publishes the credits the connection owes, for [`Link::credits_due`], and returns the
+    /// re-posts not yet taken, read in the same atomic step as the publication
+    /// ([`rpc_sync::CreditLedger::publish_owed`]): one of a re-post and a publication always
+    /// sees the other, with no fence.
+    fn publish_owed(&self, owed: u32) -> u32;
+    /// Whether the re-posts not yet taken plus the owed credits last published reach
+    /// `threshold` (a releaser's check after its re-post was counted).
+    fn credits_due(&self, threshold: u32) -> bool;
     /// Parameters this side announced in its HELLO.
     fn local_hello(&self) -> Hello;
     /// Parameters the peer announced in its HELLO.

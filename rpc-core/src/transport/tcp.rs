@@ -22,12 +22,12 @@
 //! refused as soon as those bytes arrive.
 //!
 //! **Writes** never block and never happen under a lock. A posted frame (a send slot) goes
-//! into the link's write queue; whoever owns the link's writer ([`rpc_sync::Exclusive`], a
-//! try-only ownership) writes queued frames with non-blocking `writev` calls, without holding
+//! into the link's write queue; whoever holds the turn of the link's writer
+//! ([`rpc_sync::Flusher`]: one writer at a time, nobody waits for it) writes queued frames with non-blocking `writev` calls, without holding
 //! any lock. The posting thread tries at once (with an empty queue the frame goes out from the
 //! poster, the latency path); what the socket does not take stays queued, and the I/O thread
-//! finishes it when the socket becomes writable again (the poster hands over with a
-//! [`mio::Waker`]). A peer that stops reading stalls only its own link: no thread waits on its
+//! finishes it when the socket becomes writable again (the poster stalls the flusher and hands
+//! over with a [`mio::Waker`]). A peer that stops reading stalls only its own link: no thread waits on its
 //! socket. The write queue is bounded: a queued frame holds one send slot and one of the
 //! peer's credits, so at most `min(local slot_count, peer slot_count)` frames of at most
 //! `peer slot_size` bytes are ever queued; the queue is allocated at that size when the link
@@ -40,7 +40,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
@@ -49,12 +48,11 @@ use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::{ArrayQueue, SegQueue};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use rpc_sync::{assert_unlocked, Exclusive};
+use rpc_sync::{assert_unlocked, Count, Flag, FlushTurn, Flusher};
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing};
-use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf};
+use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf, ThreadContext};
 use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
-use crate::runtime::pool::ThreadContext;
 use crate::Error;
 
 /// How long a peer has, in total, to deliver its whole HELLO frame after accept / connect.
@@ -85,7 +83,7 @@ struct IoShared {
     waker: Waker,
     commands: SegQueue<Command>,
     /// Acceptors and connectors holding the loop; at 0 it stops once its links are closed.
-    owners: AtomicUsize,
+    owners: Count,
     cq: Arc<ChannelCq>,
     thread: std::sync::OnceLock<ThreadId>,
 }
@@ -133,7 +131,7 @@ impl IoHandle {
         let shared = Arc::new(IoShared {
             waker,
             commands: SegQueue::new(),
-            owners: AtomicUsize::new(1),
+            owners: Count::new(1),
             cq,
             thread: std::sync::OnceLock::new(),
         });
@@ -175,7 +173,7 @@ impl IoHandle {
 
 impl Drop for IoHandle {
     fn drop(&mut self) {
-        if self.shared.owners.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.shared.owners.sub(1) == 1 {
             self.shared.command(Command::Stop);
         }
     }
@@ -190,18 +188,15 @@ struct TcpConn {
     queue: ArrayQueue<(SendBuf, usize)>,
     /// Frames posted and not completely written (the queue and the writer's): at most
     /// `bound`.
-    unsent: AtomicUsize,
+    unsent: Count,
     /// `min(local slot_count, peer slot_count)`: each unsent frame holds a send slot and a
     /// peer credit.
     bound: usize,
-    /// Whoever owns it writes; nobody waits for it.
-    writer: Exclusive<WriteState>,
-    /// The last write met a full socket: posters leave their frames to the I/O thread, which
-    /// writes when the socket becomes writable.
-    stalled: AtomicBool,
-    /// A [`Command::Flush`] for this link is on its way.
-    flush_requested: AtomicBool,
-    closed: AtomicBool,
+    /// Whoever holds its turn writes; nobody waits for it. Stalled when a write met a full
+    /// socket: posters then leave their frames to the I/O thread, which writes when the
+    /// socket becomes writable (asked once per stall with a [`Command::Flush`]).
+    writer: Flusher<WriteState>,
+    closed: Flag,
     io: Arc<IoShared>,
 }
 
@@ -227,19 +222,17 @@ impl TcpConn {
         self.flush_posted()
     }
 
-    /// Writes what `enqueue` queued, unless the I/O thread has taken over the writing.
+    /// Writes what `enqueue` queued, unless the writer's holder or the I/O thread (the
+    /// writer stalled) will.
     fn flush_posted(self: &Arc<Self>) -> Result<(), Error> {
-        // Pairs with the writer's fence between letting go and re-checking the queue.
-        fence(Ordering::SeqCst);
-        if self.stalled.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.flush(false).map(drop).map_err(Error::Io)
+        self.flush(self.writer.try_flush(), false)
+            .map(drop)
+            .map_err(Error::Io)
     }
 
     /// Puts a frame in the write queue (checked against the link's bounds) without writing.
     fn enqueue(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
-        if self.closed.load(Ordering::Acquire) {
+        if self.closed.is_raised() {
             return Err(Error::ConnectionClosed("the link is closed".to_string()));
         }
         let peer_slot = self.parts.peer.slot_size as usize;
@@ -249,8 +242,7 @@ impl TcpConn {
                 slot_size: peer_slot,
             });
         }
-        if self.unsent.fetch_add(1, Ordering::AcqRel) >= self.bound {
-            self.unsent.fetch_sub(1, Ordering::AcqRel);
+        if !self.unsent.try_add_below(self.bound) {
             return Err(Error::ConnectionClosed(format!(
                 "write queue bound exceeded: more than {} unsent frames (a frame posted \
                  without a send slot or a peer credit)",
@@ -258,7 +250,7 @@ impl TcpConn {
             )));
         }
         if self.queue.push((buf, len)).is_err() {
-            self.unsent.fetch_sub(1, Ordering::AcqRel);
+            self.unsent.sub(1);
             return Err(Error::ConnectionClosed(format!(
                 "write queue full ({} frames)",
                 self.bound
@@ -267,30 +259,24 @@ impl TcpConn {
         Ok(())
     }
 
-    /// Writes queued frames while this thread can own the writer. A poster that meets a full
-    /// socket hands the rest to the I/O thread; the I/O thread itself waits for writability.
-    /// Returns how many frames were completed.
-    fn flush(self: &Arc<Self>, on_io_thread: bool) -> io::Result<usize> {
+    /// Writes queued frames with the writer's `turn` (`None`: another thread writes them),
+    /// for as long as frames are queued meanwhile. A poster that meets a full socket stalls
+    /// the writer and hands the rest to the I/O thread; the I/O thread itself waits for
+    /// writability. Returns how many frames were completed.
+    fn flush(
+        self: &Arc<Self>,
+        mut turn: Option<FlushTurn<'_, WriteState>>,
+        on_io_thread: bool,
+    ) -> io::Result<usize> {
         let mut completed = 0;
-        loop {
-            let Some(mut writer) = self.writer.try_lock() else {
-                // The owner re-checks the queue after letting go.
-                return Ok(completed);
-            };
+        while let Some(mut writer) = turn {
             let (wrote, n) = writer.with(|w| self.write_queued(w));
             completed += n;
             match wrote {
-                Wrote::Drained => {
-                    drop(writer);
-                    fence(Ordering::SeqCst);
-                    if self.queue.is_empty() || self.stalled.load(Ordering::SeqCst) {
-                        return Ok(completed);
-                    }
-                }
+                // Frames queued while it wrote keep the turn for another round.
+                Wrote::Drained => turn = writer.finish(),
                 Wrote::Blocked => {
-                    self.stalled.store(true, Ordering::SeqCst);
-                    drop(writer);
-                    if !on_io_thread && !self.flush_requested.swap(true, Ordering::AcqRel) {
+                    if writer.stall(!on_io_thread) {
                         self.io.command(Command::Flush(Arc::clone(self)));
                     }
                     return Ok(completed);
@@ -298,6 +284,7 @@ impl TcpConn {
                 Wrote::Failed(e) => return Err(e),
             }
         }
+        Ok(completed)
     }
 
     /// Writes the writer's frames and then the queue's until done or the socket is full.
@@ -341,7 +328,7 @@ impl TcpConn {
                         // Uncounted before its slot goes back to the send pool: a frame
                         // posted in the freed slot at once must find room under `bound`.
                         let written = w.frames.pop_front();
-                        self.unsent.fetch_sub(1, Ordering::AcqRel);
+                        self.unsent.sub(1);
                         drop(written);
                         completed += 1;
                     }
@@ -357,7 +344,7 @@ impl TcpConn {
 
     /// Closes the socket (idempotent); the I/O thread then reports the closure.
     fn shutdown(&self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.raise() {
             let _ = self.stream.shutdown(std::net::Shutdown::Both);
         }
     }
@@ -540,10 +527,7 @@ impl IoLoop {
                     }
                     self.start_handshake(stream, id, ring, peer_name, Destination::Client(reply));
                 }
-                Command::Flush(conn) => {
-                    conn.flush_requested.store(false, Ordering::Release);
-                    self.flush(&conn);
-                }
+                Command::Flush(conn) => self.flush(&conn, true),
                 Command::Stop => {
                     self.stopping = true;
                     if let Some(mut l) = self.listener.take() {
@@ -572,7 +556,7 @@ impl IoLoop {
         if writable {
             if let Some(Entry::Open(r)) = self.conns.get(&token) {
                 let conn = Arc::clone(&r.conn);
-                self.flush(&conn);
+                self.flush(&conn, false);
             }
         }
         if !readable {
@@ -608,12 +592,11 @@ impl IoLoop {
         }
     }
 
-    /// Writes a link's queue on the I/O thread after a stall; frames completed free send
-    /// slots, which the runtime learns from a `SendDone`.
-    fn flush(&mut self, conn: &Arc<TcpConn>) {
-        conn.stalled.store(false, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        match conn.flush(true) {
+    /// Writes a link's queue on the I/O thread after a stall (`requested`: a poster asked
+    /// with a [`Command::Flush`]); frames completed free send slots, which the runtime learns
+    /// from a `SendDone`.
+    fn flush(&mut self, conn: &Arc<TcpConn>, requested: bool) {
+        match conn.flush(conn.writer.resume(requested), true) {
             Ok(0) => {}
             Ok(_) => {
                 self.shared.cq.enqueue(Completion::SendDone {
@@ -755,15 +738,13 @@ impl IoLoop {
             parts: HeapLinkParts::new(id, ring, peer, peer_name),
             stream,
             queue: ArrayQueue::new(bound),
-            unsent: AtomicUsize::new(0),
+            unsent: Count::new(0),
             bound,
-            writer: Exclusive::new(WriteState {
+            writer: Flusher::new(WriteState {
                 frames: VecDeque::with_capacity(bound),
                 offset: 0,
             }),
-            stalled: AtomicBool::new(false),
-            flush_requested: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
+            closed: Flag::new(false),
             io: Arc::clone(&self.shared),
         });
         let link: Arc<dyn Link> = Arc::new(TcpLink {
@@ -838,7 +819,7 @@ impl IoLoop {
             };
             match result {
                 Ok(0) => {
-                    break ReadEnd::Closed(if r.conn.closed.load(Ordering::Acquire) {
+                    break ReadEnd::Closed(if r.conn.closed.is_raised() {
                         "connection closed locally".to_string()
                     } else if r.slot.is_some() || r.header_got > 0 {
                         "peer closed the connection in the middle of a frame".to_string()

@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -90,10 +89,10 @@ impl Started {
 impl Started {
     pub(super) fn drive(&self, spin: Duration) {
         let outcome = &self.cell.outcome;
-        self.cell.thread_waiting.store(true, Ordering::Release);
+        self.cell.thread_waiting.set(true);
         self.endpoint
             .drive(spin, self.deadline, || outcome.is_complete());
-        self.cell.thread_waiting.store(false, Ordering::Release);
+        self.cell.thread_waiting.set(false);
     }
 }
 
@@ -209,7 +208,7 @@ impl Client {
         let (timeout_us, deadline) = self.timing(request);
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
-        cell.thread_waiting.store(blocking, Ordering::Release);
+        cell.thread_waiting.set(blocking);
         let headers = headers_block(request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         native.endpoint.call_started(false);

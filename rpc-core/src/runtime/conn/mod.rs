@@ -11,12 +11,12 @@ mod receive;
 mod send;
 mod work;
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use foldhash::{HashMap, HashMapExt};
-use rpc_sync::{assert_unlocked, Serializer};
+use rpc_sync::{assert_unlocked, Flag, Serializer};
 
 pub(crate) use self::work::{Caller, Delivery, OpenCall, Work};
 use super::call::{CallCell, Encode, Payload, SlotRelease};
@@ -111,17 +111,16 @@ pub(crate) struct Conn {
     state: Serializer<Owned, Work>,
     dispatch: Option<Arc<dyn Dispatch>>,
     pub(crate) counters: Arc<Counters>,
-    closed: AtomicBool,
+    closed: Flag,
     /// A server's connection: frames posted inside [`holding_sends`] are held for one batch.
     serving: bool,
     /// Server: some call has a deadline to watch (the endpoint's tick looks only at these).
     deadlines_pending: AtomicBool,
-    /// The core's owed credits as of the end of the last step: a thread that releases a
-    /// receive slot asks the owner to look at the credits only when these and the re-posts
-    /// not yet taken reach `credit_threshold` (a CREDIT frame may be due); below it, the
-    /// credits travel on the next frame out. Spares a serializer round per received message.
-    owed_credits: AtomicU32,
-    /// [`Connection::credit_threshold`](crate::protocol::v2::Connection::credit_threshold).
+    /// [`Connection::credit_threshold`](crate::protocol::v2::Connection::credit_threshold):
+    /// a thread that releases a receive slot asks the owner to look at the credits only when
+    /// the owed credits the owner published ([`Link::publish_owed`]) and the re-posts not yet
+    /// taken reach it (a CREDIT frame may be due); below it, the credits travel on the next
+    /// frame out. Spares a serializer round per received message.
     credit_threshold: u32,
 }
 
@@ -150,7 +149,6 @@ impl Conn {
             max_segment: core.max_segment(),
             credit_threshold: core.credit_threshold(),
             deadlines_pending: AtomicBool::new(false),
-            owed_credits: AtomicU32::new(0),
             link,
             state: Serializer::new(Owned {
                 core,
@@ -162,17 +160,17 @@ impl Conn {
             }),
             dispatch,
             counters,
-            closed: AtomicBool::new(false),
+            closed: Flag::new(false),
         })
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.closed.is_raised()
     }
 
     /// Tears the link down; a `Closed` completion follows and fails the calls.
     pub(crate) fn close(&self) {
-        if !self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.raise() {
             self.link.close();
         }
     }
@@ -374,13 +372,10 @@ impl Conn {
     fn publish_owed(&self, owned: &mut Owned) {
         loop {
             let owed = owned.core.owed();
-            // Pairs with `slot_released`: the releaser counts its re-post, then reads this;
-            // here the figure is stored, then the re-posts read, each pair split by a SeqCst
-            // fence. One of the two sees the other, so a credit that makes a CREDIT due is
-            // never left unseen by both (the loom model `credits_due_are_never_left_unsent`).
-            self.owed_credits.store(owed, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            let pending = self.link.reposted_pending();
+            // Pairs with `slot_released`: the figure is published and the re-posts read in
+            // one step of the link's credit ledger, so a release and this step always see one
+            // another (the loom model `credits_due_are_never_left_unsent`).
+            let pending = self.link.publish_owed(owed);
             if pending == 0 || owed.saturating_add(pending) < self.credit_threshold {
                 return;
             }
@@ -390,7 +385,7 @@ impl Conn {
             if owed >= self.credit_threshold {
                 // No CREDIT could go (no send credit left): the frame that brings one back
                 // runs a step, which sends it. Meanwhile every release asks again.
-                self.owed_credits.store(owed, Ordering::SeqCst);
+                self.link.publish_owed(owed);
                 return;
             }
         }
@@ -402,10 +397,7 @@ impl SlotRelease for Conn {
     /// out): the owner looks at the credits if a CREDIT frame may be due.
     fn slot_released(self: Arc<Self>) {
         // After the re-post was counted (see `publish_owed`).
-        fence(Ordering::SeqCst);
-        let pending = self.link.reposted_pending();
-        if pending.saturating_add(self.owed_credits.load(Ordering::SeqCst)) >= self.credit_threshold
-        {
+        if self.link.credits_due(self.credit_threshold) {
             self.submit(Work::Flush);
         }
     }
@@ -414,7 +406,7 @@ impl SlotRelease for Conn {
 impl Conn {
     fn fail_all(&self, owned: &mut Owned, reason: &str) -> Delivery {
         owned.closed = true;
-        self.closed.store(true, Ordering::Release);
+        self.closed.raise();
         let status = Status::unavailable(format!("connection to {} lost: {reason}", self.peer));
         let mut failed: Vec<Delivery> = owned
             .core

@@ -8,12 +8,12 @@
 //! the HTTP/2 body while more than `WINDOW` bytes wait, and HTTP/2's own flow control then
 //! holds the peer back.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use rpc_sync::{Inbox, Mutex, Signal};
+use rpc_sync::{Flag, Inbox, Mutex, Signal};
 
 use super::frame_message;
 use crate::protocol::v2::Connection;
@@ -47,10 +47,12 @@ pub(crate) struct GrpcCall {
     shared: Arc<StreamShared>,
     pub(crate) out: Inbox<Outbound>,
     max_send: usize,
-    headers_sent: AtomicBool,
+    headers_sent: Flag,
     /// Client: the call was given up; the request body resets the HTTP/2 stream.
-    given_up: AtomicBool,
-    /// Window bytes of received messages the reader has not consumed.
+    given_up: Flag,
+    /// Window bytes of received messages the reader has not consumed. A count only
+    /// (`Relaxed`): the messages travel through the inbox, and the reader's "room again"
+    /// through `room`, which carries the hand-off.
     unread: AtomicU32,
     /// Raised when the reader consumed some.
     room: Signal,
@@ -64,8 +66,8 @@ impl GrpcCall {
             shared: StreamShared::new(0, WINDOW, true),
             out: Inbox::new(),
             max_send,
-            headers_sent: AtomicBool::new(false),
-            given_up: AtomicBool::new(false),
+            headers_sent: Flag::new(false),
+            given_up: Flag::new(false),
             unread: AtomicU32::new(0),
             room: Signal::new(false),
             driver: Mutex::new(Driver::default()),
@@ -122,7 +124,7 @@ impl GrpcCall {
 
     /// Server: the response headers (once; later ones are dropped).
     pub(crate) fn headers(&self, headers: MetadataMap) {
-        if !self.headers_sent.swap(true, Ordering::AcqRel) {
+        if self.headers_sent.raise() {
             self.out.push(Outbound::Headers(headers));
         }
     }
@@ -142,26 +144,26 @@ impl GrpcCall {
     /// request body is open, dropping the response alone resets nothing).
     pub(crate) fn cancel(&self, status: Status) {
         self.shared.end(Err(status));
-        self.given_up.store(true, Ordering::Release);
+        self.given_up.raise();
         self.out.close(None);
         self.abort_driver();
     }
 
     /// Client: whether the call was given up.
     pub(crate) fn is_given_up(&self) -> bool {
-        self.given_up.load(Ordering::Acquire)
+        self.given_up.is_raised()
     }
 
     /// The reader consumed `bytes` of the window.
     pub(crate) fn consumed(&self, bytes: u32) {
         let before = self
             .unread
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |unread| {
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |unread| {
                 Some(unread.saturating_sub(bytes))
             })
             .unwrap_or(0);
         if before >= WINDOW && self.room.raise() {
-            crate::runtime::woke_a_thread();
+            rpc_sync::woke_a_thread();
         }
     }
 
@@ -169,14 +171,14 @@ impl GrpcCall {
     /// window); `false` once the reader is gone.
     pub(crate) fn deliver(&self, message: Bytes) -> bool {
         let cost = Connection::<(), Vec<u8>>::message_cost(message.len());
-        self.unread.fetch_add(cost, Ordering::AcqRel);
+        self.unread.fetch_add(cost, Ordering::Relaxed);
         if self
             .shared
             .push(Incoming::Message(Received::new(message.to_vec(), None)))
         {
             true
         } else {
-            self.unread.fetch_sub(cost, Ordering::AcqRel);
+            self.unread.fetch_sub(cost, Ordering::Relaxed);
             false
         }
     }
@@ -184,7 +186,7 @@ impl GrpcCall {
     /// Driver: ready while fewer than [`WINDOW`] received bytes wait to be read.
     pub(crate) fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
-            if self.unread.load(Ordering::Acquire) < WINDOW {
+            if self.unread.load(Ordering::Relaxed) < WINDOW {
                 return Poll::Ready(());
             }
             match self.room.poll_take(cx) {

@@ -2,14 +2,13 @@
 //! interceptor, with the call counted until its [`ReplySink`] goes.
 
 use foldhash::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::handler::{run_handler, Calls, IncomingRequest, ReplySink, Requests, Service};
+use super::handler::{run_handler, Calls, IncomingRequest, Job, ReplySink, Requests, Service};
 use crate::interceptor::SharedInterceptor;
 use crate::runtime::call::{RequestBody, RequestDelivery};
-use crate::runtime::pool::{Job, WorkerPool};
+use crate::runtime::pool::WorkerPool;
 use crate::runtime::port::Dispatch;
 use crate::runtime::port::Port;
 use crate::runtime::service::{MethodDescriptor, MethodKind};
@@ -43,7 +42,7 @@ pub(crate) struct Shared {
     /// Method ids and kinds by path, for the gRPC face.
     pub(super) paths: HashMap<&'static str, (u32, MethodKind)>,
     pub(super) interceptor: Option<SharedInterceptor>,
-    pub(super) pool: WorkerPool,
+    pub(super) pool: WorkerPool<Job>,
     pub(super) calls: Arc<Calls>,
 }
 
@@ -106,7 +105,7 @@ impl Shared {
                 }
             }
         };
-        self.calls.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.calls.in_flight.add(1);
         let body = match body {
             RequestBody::Message(payload) => Requests::Message(payload),
             RequestBody::Stream => Requests::Stream(

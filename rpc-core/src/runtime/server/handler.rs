@@ -2,14 +2,14 @@
 //! ([`ReplySink`]), and the trait generated services implement ([`Service`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_sync::assert_unlocked;
+use rpc_sync::{assert_unlocked, Count};
 
 use crate::runtime::call::Payload;
-use crate::runtime::pool::Spawner;
+use crate::runtime::pool::{PoolJob, Spawner};
 use crate::runtime::port::Port;
 use crate::runtime::service::{MethodDescriptor, ServiceDescriptor};
 use crate::runtime::stream::{Cancel, StreamShared};
@@ -42,9 +42,31 @@ pub trait Service: Send + Sync + 'static {
 pub(crate) struct Calls {
     pub(super) counters: Arc<Counters>,
     /// Calls handed to a handler and not answered yet (their sinks not dropped).
-    pub(super) in_flight: AtomicUsize,
+    pub(super) in_flight: Count,
     /// Where woken handler tasks go.
     pub(super) spawner: Spawner,
+}
+
+/// A call for a handler on the worker pool: queued as a plain value (no box, no allocation
+/// per request).
+pub(crate) struct Job {
+    pub(crate) service: Arc<dyn Service>,
+    pub(crate) index: usize,
+    pub(crate) request: IncomingRequest,
+    pub(crate) reply: ReplySink,
+}
+
+impl PoolJob for Job {
+    fn run(self) {
+        run_handler(&*self.service, self.index, self.request, self.reply);
+    }
+
+    fn refuse(self) {
+        drop(self.request);
+        self.reply.fail(Status::unavailable(
+            "the server shut down before the call's handler ran",
+        ));
+    }
 }
 
 pub(crate) fn run_handler(
@@ -272,6 +294,6 @@ impl Drop for ReplySink {
             // The handler is done with the call: the call lets go of its task.
             stream.detach();
         }
-        self.calls.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.calls.in_flight.sub(1);
     }
 }

@@ -6,8 +6,9 @@ mod handler;
 pub(crate) mod handlers;
 
 use foldhash::{HashMap, HashMapExt};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use rpc_sync::{Count, Flag};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,6 @@ use crate::{Error, Interceptor, TransportKind};
 pub use dispatch::Execution;
 use dispatch::Route;
 pub(crate) use dispatch::Shared;
-pub(crate) use handler::run_handler;
 use handler::Calls;
 pub use handler::{IncomingRequest, ReplySink, Service};
 
@@ -302,7 +302,7 @@ impl ServerBuilder {
         let pool = WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?;
         let calls = Arc::new(Calls {
             counters: Arc::clone(&counters),
-            in_flight: AtomicUsize::new(0),
+            in_flight: Count::new(0),
             spawner: pool.spawner(),
         });
         let shared = Arc::new(Shared {
@@ -345,7 +345,7 @@ impl ServerBuilder {
             },
         )?;
         let local_addr = acceptor.local_addr();
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(Flag::new(false));
         let acceptor_thread = {
             let (endpoint, stop) = (Arc::clone(&endpoint), Arc::clone(&stop));
             let max_connections = self.max_connections;
@@ -370,10 +370,10 @@ impl ServerBuilder {
 fn accept_loop(
     mut acceptor: Box<dyn Acceptor>,
     endpoint: Arc<Endpoint>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Flag>,
     max_connections: Option<usize>,
 ) {
-    while !stop.load(Ordering::Acquire) {
+    while !stop.is_raised() {
         match acceptor.accept(Duration::from_millis(50)) {
             Ok(Some(link)) => {
                 if max_connections.is_some_and(|max| endpoint.conns().len() >= max) {
@@ -405,7 +405,7 @@ fn accept_loop(
 pub struct Server {
     endpoint: Arc<Endpoint>,
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<Flag>,
     threads: Option<(JoinHandle<()>, JoinHandle<()>)>,
     local_addr: String,
     transport_name: &'static str,
@@ -476,7 +476,7 @@ impl Server {
         let Some((acceptor, poller)) = self.threads.take() else {
             return;
         };
-        self.stop.store(true, Ordering::Release);
+        self.stop.raise();
         if let Some(stopping) = &self.stopping {
             stopping.announce();
         }
@@ -490,7 +490,7 @@ impl Server {
                 conn.submit(Work::Goodbye);
             }
         }
-        while self.shared.calls.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < give_up {
+        while self.shared.calls.in_flight.get() > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
         for conn in self.endpoint.conns().iter() {

@@ -7,11 +7,9 @@
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use parking_lot::Mutex;
 use rdma_sys::{
     ibv_context, rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event, rdma_cm_event_type,
     rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
@@ -19,6 +17,7 @@ use rdma_sys::{
     rdma_event_str, rdma_get_cm_event, rdma_get_dst_port, rdma_get_src_port, rdma_listen,
     rdma_migrate_id, rdma_port_space, rdma_reject, rdma_resolve_addr, rdma_resolve_route,
 };
+use rpc_sync::{Flag, Mutex};
 
 use super::sys::{
     c_string, errno_error, os_error, poll_readable, remaining, set_nonblocking, socket_addr_from_c,
@@ -184,7 +183,7 @@ pub(super) struct CmId {
     raw: NonNull<rdma_cm_id>,
     /// The channel the id reports events on; it must outlive the id. Replaced by `migrate`.
     channel: Mutex<Arc<EventChannel>>,
-    disconnected: AtomicBool,
+    disconnected: Flag,
 }
 
 // SAFETY: librdmacm calls on one id may be made from any thread. The calls that must not race
@@ -220,7 +219,7 @@ impl CmId {
         CmId {
             raw,
             channel: Mutex::new(channel),
-            disconnected: AtomicBool::new(false),
+            disconnected: Flag::new(false),
         }
     }
 
@@ -318,7 +317,7 @@ impl CmId {
     /// request is flushed) and sends a DREQ (or the DREP to a peer's DREQ). Returns whether
     /// this call did it.
     pub(super) fn disconnect(&self) -> bool {
-        if self.disconnected.swap(true, Ordering::AcqRel) {
+        if !self.disconnected.raise() {
             return false;
         }
         // SAFETY: the id is live; `disconnected` makes this the only disconnect call.

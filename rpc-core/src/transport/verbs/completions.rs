@@ -21,8 +21,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use rdma_sys::{ibv_context, ibv_wc, ibv_wc_status};
+use rpc_sync::Mutex;
 
 use super::cq::{wc_buffer, wc_status_str, CompChannel, RawCq};
 use super::device::{context_name, Device, DeviceList, Pd};

@@ -11,12 +11,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rdma_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_create_comp_channel, ibv_create_cq,
     ibv_destroy_comp_channel, ibv_destroy_cq, ibv_get_cq_event, ibv_resize_cq, ibv_wc,
     ibv_wc_status, ibv_wc_status_str,
 };
+use rpc_sync::Mutex;
 
 use super::device::Device;
 use super::sys::{c_string, errno_error, os_error, set_nonblocking, status_error};
@@ -202,9 +202,9 @@ impl RawCq {
             if ret != 0 {
                 break;
             }
-            let unacked = self.unacked.fetch_add(1, Ordering::AcqRel) + 1;
+            let unacked = self.unacked.fetch_add(1, Ordering::Relaxed) + 1;
             if unacked >= ACK_BATCH {
-                self.ack_events(self.unacked.swap(0, Ordering::AcqRel));
+                self.ack_events(self.unacked.swap(0, Ordering::Relaxed));
             }
         }
     }
@@ -220,7 +220,7 @@ impl RawCq {
 
 impl Drop for RawCq {
     fn drop(&mut self) {
-        self.ack_events(self.unacked.swap(0, Ordering::AcqRel));
+        self.ack_events(self.unacked.swap(0, Ordering::Relaxed));
         // SAFETY: every QP using this CQ holds an Arc of it, so none is left; all events are
         // acknowledged (above), so ibv_destroy_cq does not wait.
         let ret = unsafe { ibv_destroy_cq(self.raw()) };

@@ -15,12 +15,12 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use rdma_sys::rdma_cm_event_type;
+use rpc_sync::{Flag, Mutex};
 
 use super::cm::{CmEvent, CmId, ConnParam, EventChannel};
 use super::completions::{CqShared, DeviceRes, VerbsCq};
@@ -521,7 +521,7 @@ impl VerbsEndpoint {
         let local = id.local_addr().unwrap_or(addr);
         let stop = Arc::new(AcceptorStop {
             fd: EventFd::new()?,
-            stopped: AtomicBool::new(false),
+            stopped: Flag::new(false),
         });
         {
             let mut acceptors = self.acceptors.lock();
@@ -552,17 +552,17 @@ impl VerbsEndpoint {
 
 struct AcceptorStop {
     fd: EventFd,
-    stopped: AtomicBool,
+    stopped: Flag,
 }
 
 impl AcceptorStop {
     fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
+        self.stopped.raise();
         self.fd.notify();
     }
 
     fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
+        self.stopped.is_raised()
     }
 }
 

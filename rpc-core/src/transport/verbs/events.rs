@@ -9,12 +9,11 @@
 //! have been reused by a new id.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use parking_lot::Mutex;
 use rdma_sys::rdma_cm_event_type;
+use rpc_sync::{Flag, Mutex};
 
 use super::cm::{CmEvent, CmId, EventChannel};
 use super::sys::{poll_readable, EventFd};
@@ -27,7 +26,7 @@ pub(super) type OnClose = Box<dyn Fn(Option<u32>, &CmEvent, String) + Send + Syn
 struct Shared {
     channel: Arc<EventChannel>,
     stop: EventFd,
-    stopping: AtomicBool,
+    stopping: Flag,
     /// cm id address → link key.
     ids: Mutex<HashMap<usize, u32>>,
     on_close: OnClose,
@@ -44,7 +43,7 @@ impl CmDispatcher {
         let shared = Arc::new(Shared {
             channel: EventChannel::new()?,
             stop: EventFd::new()?,
-            stopping: AtomicBool::new(false),
+            stopping: Flag::new(false),
             ids: Mutex::new(HashMap::new()),
             on_close,
         });
@@ -78,7 +77,7 @@ impl CmDispatcher {
 
 impl Drop for CmDispatcher {
     fn drop(&mut self) {
-        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.stopping.raise();
         self.shared.stop.notify();
         if let Some(thread) = self.thread.lock().take() {
             // The last owner may be a link dropped by the event thread itself: it then exits
@@ -93,7 +92,7 @@ impl Drop for CmDispatcher {
 fn run(shared: &Shared) {
     let fds = [shared.channel.fd(), shared.stop.raw()];
     loop {
-        if shared.stopping.load(Ordering::Acquire) {
+        if shared.stopping.is_raised() {
             break;
         }
         if let Err(e) = poll_readable(&fds, None) {

@@ -25,12 +25,11 @@
 //! by the endpoint's cm event thread (`close_by_event`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam::queue::ArrayQueue;
-use parking_lot::Mutex;
 use rdma_sys::ibv_send_flags;
+use rpc_sync::{CreditLedger, Flag, Mutex};
 
 use super::cm::CmEvent;
 use super::cq::CqeReservation;
@@ -67,9 +66,9 @@ pub(super) struct LinkInner {
     id: LinkId,
     free: ArrayQueue<u32>,
     send_state: Mutex<SendState>,
-    reposted: AtomicU32,
-    closing: AtomicBool,
-    closed_reported: AtomicBool,
+    reposted: CreditLedger,
+    closing: Flag,
+    closed_reported: Flag,
     reason: Mutex<Option<String>>,
     local_hello: Hello,
     peer_hello: OnceLock<Hello>,
@@ -118,9 +117,9 @@ impl LinkInner {
                 inflight: VecDeque::with_capacity(count as usize),
                 held: Vec::with_capacity(count as usize),
             }),
-            reposted: AtomicU32::new(0),
-            closing: AtomicBool::new(false),
-            closed_reported: AtomicBool::new(false),
+            reposted: CreditLedger::new(),
+            closing: Flag::new(false),
+            closed_reported: Flag::new(false),
             reason: Mutex::new(None),
             local_hello: parts.local_hello,
             peer_hello: OnceLock::new(),
@@ -188,19 +187,19 @@ impl LinkInner {
         }
         match self.post_recv(slot) {
             Ok(()) => {
-                self.reposted.fetch_add(1, Ordering::SeqCst);
+                self.reposted.release();
             }
             Err(e) => tracing::debug!(link = self.id, error = %e, "verbs: re-post failed"),
         }
     }
 
     pub(super) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.closing.is_raised()
     }
 
     /// Marks the link closing with `reason`; true if this call did it.
     pub(super) fn begin_close(&self, reason: String) -> bool {
-        if self.closing.swap(true, Ordering::AcqRel) {
+        if !self.closing.raise() {
             return false;
         }
         *self.reason.lock() = Some(reason);
@@ -216,11 +215,11 @@ impl LinkInner {
 
     /// Claims the right to report `Completion::Closed`; true exactly once.
     pub(super) fn claim_closed_report(&self) -> bool {
-        !self.closed_reported.swap(true, Ordering::AcqRel)
+        self.closed_reported.raise()
     }
 
     pub(super) fn closed_reported(&self) -> bool {
-        self.closed_reported.load(Ordering::Acquire)
+        self.closed_reported.is_raised()
     }
 
     /// Moves the QP to the error state (flushing everything posted) and tells the peer.
@@ -490,11 +489,15 @@ impl Link for VerbsLink {
     }
 
     fn take_reposted(&self) -> u32 {
-        self.inner.reposted.swap(0, Ordering::SeqCst)
+        self.inner.reposted.take_released()
     }
 
-    fn reposted_pending(&self) -> u32 {
-        self.inner.reposted.load(Ordering::SeqCst)
+    fn publish_owed(&self, owed: u32) -> u32 {
+        self.inner.reposted.publish_owed(owed)
+    }
+
+    fn credits_due(&self, threshold: u32) -> bool {
+        self.inner.reposted.due(threshold)
     }
 
     fn local_hello(&self) -> Hello {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use crossbeam::queue::SegQueue;
-use parking_lot::RwLock;
+use rpc_sync::RwLock;
 
 use super::sys::EventFd;
 use super::wr_id::MAX_KEY;

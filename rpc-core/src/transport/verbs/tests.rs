@@ -12,12 +12,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 use super::{verbs_device_for, VerbsEndpoint};
 use crate::transport::{Acceptor, Completion, CompletionQueue, Link, RecvBuf, RingConfig};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Holds `SERIAL` (a std lock, not a runtime one: it is held across the whole test,
+/// through waits and posts); a test that failed holding it does not fail the others.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const STEP: Duration = Duration::from_secs(20);
 
@@ -286,7 +290,7 @@ fn assert_no_resources_left() {
 
 #[test]
 fn verbs_device_lookup() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, name)) = device() else { return };
     assert!(!name.is_empty());
     let any = verbs_device_for(&"0.0.0.0:0".parse().unwrap()).unwrap();
@@ -304,7 +308,7 @@ fn verbs_device_lookup() {
 
 #[test]
 fn verbs_hello_frames_and_credits() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, dev)) = device() else { return };
     let counters = Counters::new(&dev);
     let (sr, cr) = (ring(4, 256), ring(8, 512));
@@ -373,7 +377,7 @@ fn verbs_hello_frames_and_credits() {
 
 #[test]
 fn verbs_qp_attributes_are_deliberate() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     let server_ep = VerbsEndpoint::new().unwrap();
     let mut acceptor = server_ep
@@ -419,7 +423,7 @@ fn verbs_qp_attributes_are_deliberate() {
 
 #[test]
 fn verbs_send_pool_exhaustion_and_send_done() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, dev)) = device() else { return };
     let counters = Counters::new(&dev);
     let mut p = pair(ip, ring(16, 128), ring(4, 128));
@@ -465,7 +469,7 @@ fn verbs_send_pool_exhaustion_and_send_done() {
 /// after held ones sends those first.
 #[test]
 fn verbs_held_sends_go_out_in_order_at_the_flush() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, dev)) = device() else { return };
     let counters = Counters::new(&dev);
     let mut p = pair(ip, ring(64, 128), ring(64, 128));
@@ -502,7 +506,7 @@ fn verbs_held_sends_go_out_in_order_at_the_flush() {
 
 #[test]
 fn verbs_close_reports_closed_on_both_sides() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, dev)) = device() else { return };
     let counters = Counters::new(&dev);
     let mut p = pair(ip, ring(4, 128), ring(4, 128));
@@ -534,7 +538,7 @@ fn verbs_close_reports_closed_on_both_sides() {
 
 #[test]
 fn verbs_link_dropped_without_close_tells_the_peer() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     let p = pair(ip, ring(4, 128), ring(4, 128));
     let Pair {
@@ -555,7 +559,7 @@ fn verbs_link_dropped_without_close_tells_the_peer() {
 
 #[test]
 fn verbs_rnr_is_an_error_not_a_stall() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     // The server posts 3 receive slots (the protocol's minimum) and holds all three frames:
     // the client's fourth SEND has no receive to land in. With rnr_retry 0 that must fail at
@@ -588,7 +592,7 @@ fn verbs_rnr_is_an_error_not_a_stall() {
 
 #[test]
 fn verbs_connect_to_nobody_is_refused() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     let ep = VerbsEndpoint::new().unwrap();
     let start = Instant::now();
@@ -604,7 +608,7 @@ fn verbs_connect_to_nobody_is_refused() {
 
 #[test]
 fn verbs_wait_sleeps_and_wake_interrupts() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     let p = pair(ip, ring(4, 128), ring(4, 128));
     let cq = p.server_ep.cq();
@@ -652,7 +656,7 @@ fn verbs_wait_sleeps_and_wake_interrupts() {
 
 #[test]
 fn verbs_many_links_share_one_cq() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     let server_ep = VerbsEndpoint::new().unwrap();
     let mut acceptor = server_ep
@@ -751,7 +755,7 @@ fn verbs_two_host_exchange() {
     let Some((host, peer)) = two_host_roles() else {
         return;
     };
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     const PORT: u16 = 47411;
     const FRAMES: usize = 50;
@@ -790,7 +794,7 @@ fn verbs_two_host_exchange() {
 /// `setpriv --bounding-set=-ipc_lock --inh-caps=-ipc_lock` to see it fail.
 #[test]
 fn verbs_memlock_limit_is_named() {
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     let mut old = libc::rlimit {
         rlim_cur: 0,
@@ -837,7 +841,7 @@ fn verbs_two_host_lost_acks_surface_as_retry_exceeded() {
     let Some((host, peer)) = two_host_roles() else {
         return;
     };
-    let _serial = SERIAL.lock();
+    let _serial = serial();
     let Some((ip, _)) = device() else { return };
     const PORT: u16 = 47412;
     let netdev = std::env::var("RPC_TEST_NETDEV").unwrap_or_else(|_| "eth0".into());

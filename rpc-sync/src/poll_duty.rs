@@ -1,0 +1,208 @@
+//! [`PollDuty`]: who polls a client endpoint's completion queue: its poller thread, or one
+//! caller that drives the queue itself while it waits for its own call (no thread hand-off
+//! on the reply path).
+
+use std::sync::atomic::Ordering;
+
+use crate::primitive::AtomicU64;
+
+/// A caller drives (polls) the completion queue.
+const DRIVING: u64 = 1;
+/// The poller thread stands back although nobody drives: the last driver is likely to drive
+/// again at once (see [`PollDuty::stop_driving`]).
+const STANDING_BACK: u64 = 1 << 1;
+/// Some caller started driving since the poller thread last looked.
+const DROVE: u64 = 1 << 2;
+/// Width of each count.
+const FIELD_BITS: u32 = 20;
+const FIELD_MAX: u64 = (1 << FIELD_BITS) - 1;
+/// Calls started and not over for their callers.
+const CALLS: u32 = 3;
+/// Of those, stream calls.
+const STREAMS: u32 = CALLS + FIELD_BITS;
+/// Unary calls whose outcome somebody waits for without driving.
+const WAITERS: u32 = STREAMS + FIELD_BITS;
+const _: () = assert!(WAITERS + FIELD_BITS <= 64);
+
+fn field(s: u64, at: u32) -> u64 {
+    (s >> at) & FIELD_MAX
+}
+
+/// The polling duty of a client endpoint's completion queue, shared by its poller thread and
+/// its callers. One atomic word holds who drives, whether the poller thread stands back, and
+/// the counts the decisions depend on (calls outstanding, streams open, waiters), so each
+/// decision and its effect are one atomic step: no fence, no store-then-load pairing between
+/// two variables.
+///
+/// The rules (the behaviour of the endpoint, which calls these):
+/// - A caller may drive when its call is the only one outstanding, or, on a queue that needs
+///   polling (verbs), when no stream is open and nobody waits without driving
+///   ([`PollDuty::start_driving`]); one caller drives at a time, and the poller thread stands
+///   back while it does.
+/// - A driver whose call is done lets the poller thread stand back if the others are futures
+///   nobody waits for (verbs): its next wait drives again ([`PollDuty::stop_driving`]).
+/// - Whoever starts to wait without driving, or opens a stream, calls a standing-back poller
+///   thread back (`true`: the caller wakes it).
+/// - A standing-back poller thread that saw nobody drive during a tick stops standing back
+///   ([`PollDuty::tick`]).
+///
+/// Guarantee: the poller thread never stands back while somebody waits without driving or a
+/// stream is open, once their call is counted: whoever makes the two meet (a waiter or
+/// stream arriving, a driver standing the poller back) sees the other in the same word and
+/// calls the poller back (the loom model `poll_duty_never_strands_a_waiter`). Two callers
+/// never drive at once.
+#[derive(Debug)]
+pub struct PollDuty {
+    word: AtomicU64,
+    /// Completions show up only when polled (verbs).
+    needs_polling: bool,
+}
+
+impl PollDuty {
+    /// Nobody drives, no calls; `needs_polling`: the queue's completions show up only when a
+    /// thread polls for them (verbs), so that a caller with other calls outstanding may drive.
+    pub fn new(needs_polling: bool) -> PollDuty {
+        PollDuty {
+            word: AtomicU64::new(0),
+            needs_polling,
+        }
+    }
+
+    /// Whether, in `s`, the poller thread may stand back for a unary caller that drove while
+    /// other calls are outstanding.
+    fn may_stand_back(&self, s: u64) -> bool {
+        self.needs_polling && field(s, STREAMS) == 0 && field(s, WAITERS) == 0
+    }
+
+    /// Clears `STANDING_BACK`; `true` if it was set (the poller thread must be woken).
+    fn call_back(&self) -> bool {
+        self.word.fetch_and(!STANDING_BACK, Ordering::AcqRel) & STANDING_BACK != 0
+    }
+
+    /// Applies `f` to the word atomically; returns what `f` decided with the old word. `f`
+    /// returning the word unchanged writes nothing.
+    fn update<R>(&self, mut f: impl FnMut(u64) -> (u64, R)) -> R {
+        let mut s = self.word.load(Ordering::Acquire);
+        loop {
+            let (next, r) = f(s);
+            if next == s {
+                return r;
+            }
+            match self
+                .word
+                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return r,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// A call starts. `true`: a stream opened while the poller thread stood back, which must
+    /// be woken (a stream's reader and sender wait without being counted as waiters).
+    pub fn call_started(&self, stream: bool) -> bool {
+        let add = (1 << CALLS) | if stream { 1 << STREAMS } else { 0 };
+        let prev = self.word.fetch_add(add, Ordering::AcqRel);
+        assert!(
+            field(prev, CALLS) < FIELD_MAX && field(prev, STREAMS) < FIELD_MAX,
+            "more than {FIELD_MAX} calls outstanding on one endpoint"
+        );
+        stream && prev & STANDING_BACK != 0 && self.call_back()
+    }
+
+    /// A call is over for its caller.
+    pub fn call_finished(&self, stream: bool) {
+        let sub = (1 << CALLS) | if stream { 1 << STREAMS } else { 0 };
+        self.word.fetch_sub(sub, Ordering::AcqRel);
+    }
+
+    /// Calls started and not over for their callers (a snapshot).
+    pub fn calls_outstanding(&self) -> usize {
+        field(self.word.load(Ordering::Acquire), CALLS) as usize
+    }
+
+    /// Somebody starts waiting for a unary call's outcome without driving. `true`: the
+    /// poller thread stood back and must be woken.
+    pub fn begin_waiting(&self) -> bool {
+        let prev = self.word.fetch_add(1 << WAITERS, Ordering::AcqRel);
+        assert!(
+            field(prev, WAITERS) < FIELD_MAX,
+            "more than {FIELD_MAX} waiters on one endpoint"
+        );
+        prev & STANDING_BACK != 0 && self.call_back()
+    }
+
+    /// A waiter counted by [`PollDuty::begin_waiting`] stops waiting.
+    pub fn end_waiting(&self) {
+        self.word.fetch_sub(1 << WAITERS, Ordering::AcqRel);
+    }
+
+    /// A caller asks to drive; granted (`true`) if nobody drives and its call is the only
+    /// one, or the poller thread may stand back for it.
+    pub fn start_driving(&self) -> bool {
+        self.update(|s| {
+            let may = s & DRIVING == 0 && (field(s, CALLS) <= 1 || self.may_stand_back(s));
+            if may {
+                (s | DRIVING | DROVE, true)
+            } else {
+                (s, false)
+            }
+        })
+    }
+
+    /// The driver stops. Returns `true` if the poller thread must be woken: the driver's own
+    /// call is not done (it goes on to park), or other calls wait for completions. A driver
+    /// whose call is done and whose call was the only one wakes nobody (the poller thread
+    /// finds out at its next tick); one whose other calls are futures nobody waits for, on a
+    /// queue that needs polling, leaves the poller thread standing back instead.
+    pub fn stop_driving(&self, own_call_done: bool) -> bool {
+        self.update(|s| {
+            let s = s & !DRIVING;
+            if !own_call_done {
+                (s & !STANDING_BACK, true)
+            } else if field(s, CALLS) <= 1 {
+                (s, false)
+            } else if !self.may_stand_back(s) {
+                (s, true)
+            } else {
+                (s | DROVE | STANDING_BACK, false)
+            }
+        })
+    }
+
+    /// A stream reader that drove stops: if its message came, the poller thread keeps
+    /// standing back (the reader's next wait drives again) unless other calls are
+    /// outstanding; otherwise polling goes back to the poller thread. `true`: wake it.
+    pub fn stop_driving_stream(&self, message_came: bool) -> bool {
+        self.update(|s| {
+            let s = s & !DRIVING;
+            if !message_came || field(s, CALLS) > 1 {
+                (s & !STANDING_BACK, true)
+            } else {
+                (s | STANDING_BACK, false)
+            }
+        })
+    }
+
+    /// Whether a caller drives now.
+    pub fn is_driving(&self) -> bool {
+        self.word.load(Ordering::Acquire) & DRIVING != 0
+    }
+
+    /// Whether the poller thread stands back now.
+    pub fn is_standing_back(&self) -> bool {
+        self.word.load(Ordering::Acquire) & STANDING_BACK != 0
+    }
+
+    /// The standing-back poller thread's look once per tick: if nobody started driving
+    /// since its last look, it stops standing back.
+    pub fn tick(&self) {
+        self.update(|s| {
+            if s & DROVE != 0 {
+                (s & !DROVE, ())
+            } else {
+                (s & !STANDING_BACK, ())
+            }
+        });
+    }
+}
