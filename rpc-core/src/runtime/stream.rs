@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use rpc_sync::{Flag, Inbox, Mutex, Published, Pushed, Signal};
 
-use super::port::Port;
 use crate::protocol::v2::{Connection, Reservation};
 use crate::{MetadataMap, Status};
 
@@ -131,18 +130,19 @@ impl StreamShared {
         self.finish();
     }
 
-    /// The reader took a message of `len` bytes: once half a window was consumed, the owner
-    /// returns it to the peer.
-    pub(crate) fn consumed(&self, port: &Port, shared: &Arc<StreamShared>, len: usize) {
+    /// The reader took a message of `len` bytes: once half a window was consumed, the bytes
+    /// to return to the peer (through the call's port, [`CallPort::consumed`]).
+    ///
+    /// [`CallPort::consumed`]: super::port::CallPort::consumed
+    pub(crate) fn consumed(&self, len: usize) -> Option<u32> {
         let cost = Connection::<(), Vec<u8>>::message_cost(len);
         // A count of bytes only (the report goes through the owner's serializer): Relaxed.
         let total = self.consumed.fetch_add(cost, Ordering::Relaxed) + cost;
-        if total >= self.report_at {
-            let bytes = self.consumed.swap(0, Ordering::Relaxed);
-            if bytes > 0 {
-                port.consumed(shared, bytes);
-            }
+        if total < self.report_at {
+            return None;
         }
+        let bytes = self.consumed.swap(0, Ordering::Relaxed);
+        (bytes > 0).then_some(bytes)
     }
 
     /// Server: the peer cancelled the call (or it was lost): the reader sees `status`, the

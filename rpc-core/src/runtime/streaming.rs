@@ -92,7 +92,9 @@ impl<T> Streaming<T> {
     /// The reader consumed a message of `len` bytes: its window goes back to the peer.
     fn consumed(&self, len: usize) {
         if let Some(port) = &self.port {
-            self.shared.consumed(port, &self.shared, len);
+            if let Some(bytes) = self.shared.consumed(len) {
+                port.consumed(&self.shared, bytes);
+            }
         }
     }
 

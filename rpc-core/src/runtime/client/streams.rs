@@ -79,7 +79,7 @@ impl Client {
             headers,
             message,
         }));
-        let port = Port::Conn(conn);
+        let port = conn as Port;
         let sender = StreamSender {
             shared: Arc::clone(&shared),
             port: port.clone(),
@@ -109,7 +109,7 @@ impl Client {
         });
         let call = channel.open(method.path, request.metadata(), timeout, deadline, message);
         let shared = Arc::clone(call.shared());
-        let port = Port::Grpc(call);
+        let port = call as Port;
         let sender = StreamSender {
             shared: Arc::clone(&shared),
             port: port.clone(),

@@ -7,6 +7,7 @@
 //! Data flows one way: completion → owner → protocol core → delivery (handler or waiting
 //! call) → protocol core (reply) → post.
 
+mod port;
 mod receive;
 mod send;
 mod work;
@@ -18,11 +19,11 @@ use std::time::{Duration, Instant};
 use foldhash::{HashMap, HashMapExt};
 use rpc_sync::{assert_unlocked, Flag, Serializer};
 
-pub(crate) use self::work::{Caller, Delivery, OpenCall, Work};
-use super::call::{CallCell, Encode, Payload, SlotRelease};
+pub(crate) use self::work::{CallRef, Caller, Delivery, OpenCall, Work};
+use super::call::{Encode, Payload, SlotRelease};
 use super::held_sends;
 use super::port::{Dispatch, Port};
-use super::stream::{Cancel, StreamShared};
+use super::stream::StreamShared;
 use super::Counters;
 use crate::protocol::v2::{
     flags, Connection, ConnectionMemory, Hello, Keepalive, Kind, Outgoing, Payload as Body, Role,
@@ -31,18 +32,6 @@ use crate::protocol::v2::{
 use crate::runtime::service::MethodKind;
 use crate::transport::{Link, SendBuf};
 use crate::{MetadataMap, Status};
-
-/// What the protocol core keeps per call.
-#[derive(Clone)]
-pub(crate) enum CallRef {
-    /// Client, unary: where the outcome goes.
-    Waiter(Arc<CallCell>),
-    /// Server, unary: a call handed to its handler, and the handler's task once it awaits
-    /// (cancelled with the call).
-    Served(Option<Arc<dyn Cancel>>),
-    /// Either side: a streaming call.
-    Stream(Arc<StreamShared>),
-}
 
 type Core = Connection<CallRef, SendBuf>;
 
@@ -176,7 +165,7 @@ impl Conn {
     }
 
     /// Runs `work` now or leaves it to the thread that owns the state; deliveries run here.
-    pub(crate) fn submit(self: &Arc<Self>, work: Work) {
+    pub(crate) fn submit(&self, work: Work) {
         self.state.submit(
             work,
             |owned, work| self.step(owned, work),
@@ -428,17 +417,16 @@ impl Conn {
 
     /// Runs a delivery: no state is owned here, so handlers may take their time and calls
     /// on this connection go on meanwhile.
-    fn deliver(self: &Arc<Self>, delivery: Delivery) {
+    fn deliver(&self, delivery: Delivery) {
         match delivery {
             Delivery::Request(request) => {
                 assert_unlocked("calling a handler");
-                match &self.dispatch {
-                    Some(d) => d.serve(
-                        Port::Conn(Arc::clone(self)),
-                        Arc::clone(&self.peer),
-                        request,
-                    ),
-                    None => self.submit(Work::End {
+                // The handler answers through this connection: it needs the connection's
+                // `Arc` (gone only while the connection is being dropped: nobody to answer).
+                match (&self.dispatch, self.me.upgrade()) {
+                    (Some(d), Some(me)) => d.serve(me as Port, Arc::clone(&self.peer), request),
+                    (Some(_), None) => {}
+                    (None, _) => self.submit(Work::End {
                         call: request.call,
                         status: Status::unimplemented("this endpoint serves no methods"),
                     }),
@@ -456,7 +444,9 @@ impl Conn {
             }
             Delivery::Unread { stream, len } => {
                 // Nobody reads the stream any more: its window comes back at once.
-                stream.consumed(&super::port::Port::Conn(Arc::clone(self)), &stream, len);
+                if let Some(bytes) = stream.consumed(len) {
+                    self.submit(Work::Consumed { stream, bytes });
+                }
             }
             Delivery::Ended {
                 stream,

@@ -8,10 +8,21 @@ use rpc_sync::Wake;
 
 use super::super::call::{CallCell, Reply, RequestDelivery};
 use super::super::stream::{Cancel, Incoming, StreamShared};
-use super::CallRef;
 use crate::protocol::v2::Outgoing;
 use crate::transport::{RecvBuf, SendBuf};
 use crate::{MetadataMap, Status};
+
+/// What the protocol core keeps per call.
+#[derive(Clone)]
+pub(crate) enum CallRef {
+    /// Client, unary: where the outcome goes.
+    Waiter(Arc<CallCell>),
+    /// Server, unary: a call handed to its handler, and the handler's task once it awaits
+    /// (cancelled with the call).
+    Served(Option<Arc<dyn Cancel>>),
+    /// Either side: a streaming call.
+    Stream(Arc<StreamShared>),
+}
 
 /// Client: who waits for a call's outcome.
 #[derive(Clone)]

@@ -17,6 +17,9 @@ use rpc_sync::{Flag, Inbox, Mutex, Signal};
 
 use super::frame_message;
 use crate::protocol::v2::Connection;
+use crate::runtime::call::Encode;
+use crate::runtime::port::CallPort;
+use crate::runtime::stream::Cancel;
 use crate::runtime::stream::{Incoming, Received, StreamShared};
 use crate::{Code, MetadataMap, Status};
 
@@ -106,12 +109,7 @@ impl GrpcCall {
     }
 
     /// Server: answers with headers, one message and trailers.
-    pub(crate) fn reply<M: prost::Message>(
-        &self,
-        headers: MetadataMap,
-        message: &M,
-        trailers: MetadataMap,
-    ) {
+    pub(crate) fn reply(&self, headers: MetadataMap, message: &dyn Encode, trailers: MetadataMap) {
         self.headers(headers);
         self.out.push(Outbound::Message(frame_message(message)));
         self.end(Status::new(Code::Ok, "").with_metadata(trailers));
@@ -130,7 +128,7 @@ impl GrpcCall {
     }
 
     /// One message of a stream (the sender waited for `send_ready`).
-    pub(crate) fn send<M: prost::Message>(&self, message: &M) {
+    pub(crate) fn send(&self, message: &dyn Encode) {
         self.out.push(Outbound::Message(frame_message(message)));
     }
 
@@ -194,5 +192,45 @@ impl GrpcCall {
                 Poll::Ready(()) => continue,
             }
         }
+    }
+}
+
+/// An HTTP/2 stream as the far end of its call's handles.
+impl CallPort for GrpcCall {
+    fn max_message_size(&self) -> usize {
+        self.max_send_size()
+    }
+
+    fn reply(&self, _call: u64, headers: MetadataMap, message: &dyn Encode, trailers: MetadataMap) {
+        GrpcCall::reply(self, headers, message, trailers);
+    }
+
+    fn end(&self, _call: u64, status: Status) {
+        GrpcCall::end(self, status);
+    }
+
+    fn headers(&self, _call: u64, headers: &MetadataMap) {
+        GrpcCall::headers(self, headers.clone());
+    }
+
+    fn send(&self, _stream: &Arc<StreamShared>, message: &dyn Encode) {
+        GrpcCall::send(self, message);
+    }
+
+    fn half_close(&self, _stream: &Arc<StreamShared>) {
+        GrpcCall::half_close(self);
+    }
+
+    fn cancel(&self, _stream: &Arc<StreamShared>, status: Status) {
+        GrpcCall::cancel(self, status);
+    }
+
+    fn consumed(&self, _stream: &Arc<StreamShared>, bytes: u32) {
+        GrpcCall::consumed(self, bytes);
+    }
+
+    fn attach(&self, _call: u64, task: Arc<dyn Cancel>) {
+        // Every call of the face has its stream state, which holds the task.
+        self.shared().attach(task);
     }
 }

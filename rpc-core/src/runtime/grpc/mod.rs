@@ -14,11 +14,12 @@ pub(crate) mod tls;
 use std::time::Duration;
 
 use base64::Engine;
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 pub(crate) use call::GrpcCall;
 
+use crate::runtime::call::Encode;
 use crate::{Code, MetadataMap, Status};
 
 /// The content type of gRPC requests and responses (`application/grpc+proto` too).
@@ -44,13 +45,13 @@ fn is_protocol_header(name: &str) -> bool {
 }
 
 /// One message with its prefix (uncompressed).
-pub(crate) fn frame_message<M: prost::Message>(message: &M) -> Bytes {
+pub(crate) fn frame_message(message: &dyn Encode) -> Bytes {
     let len = message.encoded_len();
-    let mut buf = BytesMut::with_capacity(PREFIX_LEN + len);
-    buf.put_u8(0);
-    buf.put_u32(len as u32);
-    message.encode_raw(&mut buf);
-    buf.freeze()
+    let mut buf = vec![0; PREFIX_LEN + len];
+    // Byte 0 stays 0: not compressed.
+    buf[1..PREFIX_LEN].copy_from_slice(&(len as u32).to_be_bytes());
+    message.encode_into(&mut buf[PREFIX_LEN..]);
+    Bytes::from(buf)
 }
 
 /// Cuts the messages out of a stream of DATA frames.

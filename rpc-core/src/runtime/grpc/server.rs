@@ -300,7 +300,7 @@ async fn serve_call(
     // From here on, a dropped future (the client reset the stream) cancels the handler.
     let mut guard = CallGuard(Some(Arc::clone(&call)));
     face.shared.serve(
-        Port::Grpc(Arc::clone(&call)),
+        Arc::clone(&call) as Port,
         peer,
         RequestDelivery {
             call: 0,

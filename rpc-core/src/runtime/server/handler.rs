@@ -201,7 +201,8 @@ impl ReplySink {
             )));
             return;
         }
-        self.port.reply(self.id, response);
+        let (headers, message, trailers) = response.into_parts();
+        self.port.reply(self.id, headers, &message, trailers);
     }
 
     /// Answers with a status (its metadata as trailers).
