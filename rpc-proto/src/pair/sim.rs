@@ -395,6 +395,7 @@ impl Sim {
                 self.server_end(id);
             }
             Seen::Pong(_) => {}
+            Seen::PeerSilent => panic!("seed {seed}: the server gave up on its live peer"),
             other => panic!("seed {seed}: the server saw {other:?}"),
         }
     }
@@ -439,6 +440,7 @@ impl Sim {
                 self.outcome(id, Outcome::Stalled, user);
             }
             Seen::Pong(_) => {}
+            Seen::PeerSilent => panic!("seed {seed}: the client gave up on its live peer"),
             other => panic!("seed {seed}: the client saw {other:?}"),
         }
     }
