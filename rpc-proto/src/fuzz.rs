@@ -4,9 +4,10 @@
 //! regression test.
 //!
 //! The contract under test is the one a peer cannot break: whatever bytes arrive,
-//! [`Connection::on_frame`] returns an event or an error (after which the connection is closed
-//! and fed no more), never panics, loops or grows without bound; and whatever the peer and the
-//! application do within their APIs, every frame the core emits is one a correct peer accepts.
+//! [`Connection::handle_frame`] returns an event or an error (after which the connection is
+//! closed and fed no more), never panics, loops or grows without bound; and whatever the peer,
+//! the application and the clock do within their APIs, every frame the core emits is one a
+//! correct peer accepts.
 //!
 //! Raw bytes alone would almost never get past the header checks, so the input is read as a
 //! script: a prologue chooses the role and both HELLOs (clamped into their valid ranges, small,
@@ -15,8 +16,12 @@
 //! from a few input bytes with a valid header (whole or as the first of several segments, its
 //! credits never more than the peer could return), the next segment of such a frame, or an
 //! API call of the application (open, send, end, cancel, release slots, consume window, ping,
-//! goodbye, transmit with an allocator that fails on demand). Missing input reads as zeros,
-//! and at most [`MAX_OPS`] operations run, so one execution stays short.
+//! goodbye, transmit with an allocator that fails on demand), or a move of the virtual clock
+//! ([`op::TIME`]): the core is given the time there, through [`Connection::handle_timeout`],
+//! and at each frame it handles. Keepalive and the stall timeout are set from the prologue,
+//! call deadlines from the timeouts of opening frames (a client's from what its application
+//! sends, as the runtime sets them). Missing input reads as zeros, and at most [`MAX_OPS`]
+//! operations run, so one execution stays short.
 //!
 //! The driver keeps its own model of what the peer may rely on, built from the frames alone,
 //! and checks every emitted frame against it (the header decodes; the length fits the frame,
@@ -26,14 +31,19 @@
 //! the peer's limits; nothing but CANCEL or WINDOW follows a call's END, nothing at all a
 //! CANCEL or the peer's closing of the call; WINDOW returns no more than was consumed), and
 //! that the core's send credits, [`Connection::wants_transmit`] and the calls' data (each
-//! given back exactly once) agree with that model.
+//! given back exactly once) agree with that model. The frames time makes the core queue
+//! (a client's CANCEL and a server's END at a deadline, a refusal of stalled reassembly, a
+//! keepalive PING) go through the same checks; a deadline expires only once it passed, and no
+//! call is left open past it; the peer is given up exactly when it was silent, as keepalive
+//! measures silence, for its interval and timeout.
 
 #[cfg(test)]
 mod corpus;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
 
-use crate::conn::{status_block, Connection, Event, Outgoing, Payload, Role};
+use crate::conn::{status_block, Connection, Event, Expiry, Keepalive, Outgoing, Payload, Role};
 use crate::frame::{
     flags, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD, MIN_MESSAGE_SIZE,
     MIN_METADATA_SIZE, MIN_SLOT_COUNT, MIN_SLOT_SIZE,
@@ -56,7 +66,10 @@ const END_FLAG_ON_END: bool = false;
 /// comment lists the argument bytes that follow it. Before the first operation comes the
 /// prologue: a byte (bit 0: this side is the client; bits 1 and 2: our and the peer's call
 /// window close to the largest), six bytes of our HELLO and six of the peer's (see `hello`),
-/// and a byte choosing the size of the send buffers.
+/// and a byte choosing the size of the send buffers. Bits 3 and 4 of the first byte set
+/// keepalive (off, or an interval of 10 ms, 100 ms or 1 s with a timeout of four intervals),
+/// bits 5 and 6 the stall timeout (off, 5 ms, 50 ms or 500 ms); they matter only once the
+/// clock moves ([`op::TIME`]).
 pub mod op {
     /// `len: u16`, then `len` bytes (fewer if the input ends): fed as one frame.
     pub const FEED_RAW: u8 = 0;
@@ -100,6 +113,32 @@ pub mod op {
     pub const PARSE: u8 = 15;
     /// Number of operation codes.
     pub const COUNT: u8 = 16;
+    /// `by`: the virtual clock moves (bit 7 clear: `by` ms; set: `(by & 0x7f) × 100` ms), then
+    /// [`Connection::handle_timeout`](crate::Connection::handle_timeout) runs. The one
+    /// operation byte not taken modulo [`COUNT`]: the sixteen codes were all taken when time
+    /// came, and no input of the committed corpus ran `0xf0` as an operation (it would have
+    /// been a [`FEED_RAW`]), so every one keeps its meaning.
+    pub const TIME: u8 = 0xf0;
+}
+
+/// Keepalive and the stall timeout, from the prologue's first byte (see [`op`]).
+fn timers(prologue: u8) -> (Option<Keepalive>, Option<Duration>) {
+    let ms = |n: u64| Duration::from_millis(n);
+    let keepalive = match (prologue >> 3) & 3 {
+        0 => None,
+        n => {
+            let interval = ms(10u64.pow(u32::from(n)));
+            Some(Keepalive {
+                interval,
+                timeout: 4 * interval,
+            })
+        }
+    };
+    let stall = match (prologue >> 5) & 3 {
+        0 => None,
+        n => Some(ms(5 * 10u64.pow(u32::from(n) - 1))),
+    };
+    (keepalive, stall)
 }
 
 /// Runs one script; see the module docs. Panics exactly when the core broke its contract.
@@ -125,6 +164,9 @@ pub struct Reached {
     pub sent: Vec<&'static str>,
     /// The error that closed the connection, if one did.
     pub error: Option<String>,
+    /// What [`Connection::handle_timeout`] reported, by name (`Deadline`, `Stalled`,
+    /// `PeerSilent`).
+    pub expired: Vec<&'static str>,
 }
 
 /// [`drive`], returning what the script reached.
@@ -157,6 +199,12 @@ impl Script {
         bytes.extend_from_slice(&hello);
         bytes.push(19);
         Script(bytes)
+    }
+
+    /// Sets the prologue's timer bits (3 to 6 of its first byte, see [`op`]).
+    pub fn timers(mut self, bits: u8) -> Script {
+        self.0[0] |= bits & 0x78;
+        self
     }
 
     /// Appends operation `code` with its argument bytes.
@@ -315,6 +363,8 @@ struct CallModel {
     /// Window bytes the application consumed, and the increments the core sent for them.
     consumed: u64,
     window_returned: u64,
+    /// Server: the call's deadline passed, so the core may end it with DEADLINE_EXCEEDED.
+    expired: bool,
 }
 
 impl CallModel {
@@ -330,6 +380,7 @@ impl CallModel {
             sends: 0,
             consumed: 0,
             window_returned: 0,
+            expired: false,
         }
     }
 }
@@ -359,6 +410,16 @@ struct Driver {
     /// The data of calls the core holds, and that of calls the server ended itself.
     users: BTreeMap<u32, u64>,
     retired: BTreeSet<u32>,
+    /// The virtual clock, and each call's deadline as the application or the opening frame
+    /// set it.
+    now: Instant,
+    deadlines: BTreeMap<u64, Instant>,
+    keepalive: Option<Keepalive>,
+    stall_timeout: Option<Duration>,
+    /// Keepalive as the core measures it: the time of the first tick since the last frame
+    /// (or of the first tick), and whether a frame came since the last tick.
+    alive_at: Option<Instant>,
+    heard: bool,
     reached: Reached,
 }
 
@@ -377,8 +438,12 @@ impl Driver {
             assert_eq!(Hello::from_frame(&h.to_frame()).ok(), Some(h));
         }
         let send_buffer = MIN_SLOT_SIZE as usize + usize::from(input.byte()) * 8;
+        let mut core = Connection::new(role, local, peer, send_buffer);
+        let (keepalive, stall_timeout) = timers(prologue);
+        core.set_keepalive(keepalive);
+        core.set_stall_timeout(stall_timeout);
         Driver {
-            core: Connection::new(role, local, peer, send_buffer),
+            core,
             role,
             local,
             peer,
@@ -395,6 +460,12 @@ impl Driver {
             next_user: 0,
             users: BTreeMap::new(),
             retired: BTreeSet::new(),
+            now: Instant::now(),
+            deadlines: BTreeMap::new(),
+            keepalive,
+            stall_timeout,
+            alive_at: None,
+            heard: false,
             reached: Reached::default(),
         }
     }
@@ -420,7 +491,11 @@ impl Driver {
 
     /// One operation; false when the connection closed.
     fn step(&mut self, input: &mut Input<'_>) -> bool {
-        match input.byte() % op::COUNT {
+        let code = input.byte();
+        if code == op::TIME {
+            return self.time(input);
+        }
+        match code % op::COUNT {
             op::FEED_RAW => {
                 let len = usize::from(input.u16());
                 let f = input.bytes(len);
@@ -550,6 +625,73 @@ impl Driver {
         true
     }
 
+    /// The clock moves and the core's timers run (see [`op::TIME`]); false when the core gave
+    /// the peer up (the connection is closed).
+    fn time(&mut self, input: &mut Input<'_>) -> bool {
+        let by = input.byte();
+        self.now += if by & 0x80 == 0 {
+            Duration::from_millis(u64::from(by))
+        } else {
+            Duration::from_millis(u64::from(by & 0x7f) * 100)
+        };
+        let now = self.now;
+        // Keepalive as the core counts it: silence runs from the first tick after a frame.
+        let silent = match self.alive_at {
+            Some(at) if !self.heard => now - at,
+            _ => {
+                self.alive_at = Some(now);
+                Duration::ZERO
+            }
+        };
+        self.heard = false;
+        let mut gave_up = false;
+        for expiry in self.core.handle_timeout(now) {
+            match expiry {
+                Expiry::Deadline { call, user } => {
+                    self.reached.expired.push("Deadline");
+                    let at = self.deadlines.remove(&call);
+                    assert!(
+                        at.is_some_and(|at| at <= now),
+                        "call {call} expired at {:?}, deadline {at:?}",
+                        now
+                    );
+                    match (self.role, user) {
+                        (_, Some(user)) => self.give_back(call, user),
+                        (Role::Client, None) => panic!("call {call} expired without its data"),
+                        (Role::Server, None) => {}
+                    }
+                    if let Some(m) = self.models.get_mut(&call) {
+                        m.expired = true;
+                    }
+                }
+                Expiry::Stalled { call, status, user } => {
+                    self.reached.expired.push("Stalled");
+                    assert!(self.stall_timeout.is_some(), "stalled without a timeout");
+                    assert_eq!(status.code(), Code::ResourceExhausted);
+                    self.give_back(call, user);
+                }
+                Expiry::PeerSilent { silent: reported } => {
+                    self.reached.expired.push("PeerSilent");
+                    assert_eq!(reported, silent, "silence measured");
+                    gave_up = true;
+                }
+            }
+        }
+        let limit = self.keepalive.map(|k| k.interval + k.timeout);
+        assert_eq!(
+            gave_up,
+            limit.is_some_and(|limit| silent >= limit),
+            "gave the peer up after {silent:?} of silence, keepalive {:?}",
+            self.keepalive
+        );
+        for &call in &self.calls {
+            if let Some(at) = self.core.deadline(call) {
+                assert!(at > now, "call {call} open past its deadline");
+            }
+        }
+        !gave_up
+    }
+
     fn user(&mut self) -> u32 {
         self.next_user += 1;
         self.next_user
@@ -568,14 +710,35 @@ impl Driver {
     fn feed(&mut self, f: &[u8]) -> bool {
         self.reached.fed += 1;
         let header = Header::decode(f);
-        match self.core.on_frame(f) {
+        let now = self.now;
+        match self.core.handle_frame(f, || now) {
             Ok(event) => {
                 let h = header.expect("the core accepted a frame whose header does not decode");
                 self.reached.accepted += 1;
                 self.unreleased += 1;
+                self.heard = true;
                 self.credits += u32::from(h.credits);
                 self.incoming(&h);
+                let opened = match event {
+                    Event::Opened {
+                        call, timeout_us, ..
+                    }
+                    | Event::Message {
+                        call,
+                        opened: Some((_, timeout_us)),
+                        ..
+                    } => Some((call, timeout_us)),
+                    _ => None,
+                };
                 self.event(event);
+                if let Some((call, timeout_us)) = opened.filter(|&(_, t)| t != 0) {
+                    // A server's deadline runs from the receipt of the opening frame.
+                    let at = now + Duration::from_micros(u64::from(timeout_us));
+                    if self.core.is_open(call) {
+                        assert_eq!(self.core.deadline(call), Some(at), "deadline of {call}");
+                        self.deadlines.insert(call, at);
+                    }
+                }
                 true
             }
             Err(e) => {
@@ -912,6 +1075,14 @@ impl Driver {
             return;
         };
         let ends = f.kind == Kind::End || f.flags & flags::END != 0;
+        let opens =
+            self.role == Role::Client && self.models.get(&call).is_some_and(|m| m.sends == 0);
+        if opens && f.timeout_us != 0 {
+            // The client's deadline is the timeout it asks of the server.
+            let at = self.now + Duration::from_micros(u64::from(f.timeout_us));
+            self.core.set_deadline(call, at);
+            self.deadlines.insert(call, at);
+        }
         self.expect_sent(call, f);
         if self.role == Role::Server && ends {
             self.retire(call);
@@ -1131,9 +1302,13 @@ impl Driver {
         } else {
             // Only a server's own refusal (an over-limit frame, an opening after its GOODBYE)
             // comes out after everything the application sent.
+            // and, once its deadline passed, its END DEADLINE_EXCEEDED.
             let refusal = [Code::ResourceExhausted as u32, Code::Unavailable as u32];
+            let expired = m.expired && first.code == Code::DeadlineExceeded as u32;
             assert!(
-                role == Role::Server && first.kind == Kind::End && refusal.contains(&first.code),
+                role == Role::Server
+                    && first.kind == Kind::End
+                    && (refusal.contains(&first.code) || expired),
                 "{first:?} the application never sent"
             );
         }

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::conn::tests::{hello, out};
-use crate::{Code, Connection, Event, Expiry, Hello, Kind, Role};
+use crate::{Code, Connection, Event, Expiry, Hello, Kind, Role, SendError};
 
 pub(crate) type Core = Connection<u32, Vec<u8>>;
 
@@ -104,8 +104,8 @@ impl Pair {
     /// Moves frames both ways until neither side has anything to send or handle.
     pub(crate) fn drive(&mut self) {
         for _ in 0..MAX_ROUNDS {
-            let moved = transmit(&mut self.client, &mut self.server)
-                + transmit(&mut self.server, &mut self.client);
+            let moved = transmit(&mut self.client, &mut self.server, true)
+                + transmit(&mut self.server, &mut self.client, true);
             let handled = deliver(&mut self.server, self.now) + deliver(&mut self.client, self.now);
             if moved + handled == 0 {
                 return;
@@ -117,16 +117,76 @@ impl Pair {
     /// Moves the clock by `by`, runs both sides' timers, then [`Pair::drive`].
     pub(crate) fn advance(&mut self, by: Duration) {
         self.now += by;
-        for side in [&mut self.client, &mut self.server] {
-            for expiry in side.core.handle_timeout(self.now) {
-                side.seen.push(match expiry {
-                    Expiry::Deadline { call, user } => Seen::Deadline(call, user),
-                    Expiry::Stalled { call, user, .. } => Seen::Stalled(call, user),
-                    Expiry::PeerSilent { .. } => Seen::PeerSilent,
-                });
+        self.timers(Role::Client);
+        self.timers(Role::Server);
+        self.drive();
+    }
+
+    /// One side's timers at the current time (`handle_timeout`), what expired recorded.
+    pub(crate) fn timers(&mut self, role: Role) {
+        let now = self.now;
+        let side = self.side(role);
+        for expiry in side.core.handle_timeout(now) {
+            side.seen.push(match expiry {
+                Expiry::Deadline { call, user } => Seen::Deadline(call, user),
+                Expiry::Stalled { call, user, .. } => Seen::Stalled(call, user),
+                Expiry::PeerSilent { .. } => Seen::PeerSilent,
+            });
+        }
+    }
+
+    /// `to`'s application hands its core the frame at the head of its wire, if any (what it
+    /// saw recorded); false when the wire was empty.
+    pub(crate) fn deliver_one(&mut self, to: Role) -> bool {
+        let now = self.now;
+        deliver_one(self.side(to), now)
+    }
+
+    /// Everything `from` can transmit now goes onto its wire; without `buffers`, every send
+    /// buffer it asks for is refused (a runtime out of buffers). Returns the frames moved.
+    pub(crate) fn transmit(&mut self, from: Role, buffers: bool) -> usize {
+        let (side, peer) = self.sides(from);
+        transmit(side, peer, buffers)
+    }
+
+    pub(crate) fn side(&mut self, role: Role) -> &mut Side {
+        self.sides(role).0
+    }
+
+    /// `role`'s side and its peer.
+    fn sides(&mut self, role: Role) -> (&mut Side, &mut Side) {
+        match role {
+            Role::Client => (&mut self.client, &mut self.server),
+            Role::Server => (&mut self.server, &mut self.client),
+        }
+    }
+
+    /// Credits are conserved in each direction (`docs/PROTOCOL.md` §7): the sender's
+    /// credits, the credits on their way back to it, its frames on the wire, the frames the
+    /// receiver's application holds and the credits the receiver owes add up to the
+    /// receiver's slot count: none is lost to a race.
+    pub(crate) fn credits_conserved(&self) -> Result<(), String> {
+        for (sender, receiver) in [(&self.client, &self.server), (&self.server, &self.client)] {
+            let returning: u32 = sender
+                .inbound
+                .iter()
+                .map(|f| u32::from(u16::from_le_bytes([f[6], f[7]])))
+                .sum();
+            let total = sender.core.send_credits()
+                + returning
+                + receiver.inbound.len() as u32
+                + receiver.held
+                + receiver.core.owed();
+            let slots = receiver.core.local().slot_count;
+            if total != slots {
+                return Err(format!(
+                    "credits not conserved from {:?} to {:?}: {total} for {slots} slots",
+                    sender.core.role(),
+                    receiver.core.role()
+                ));
             }
         }
-        self.drive();
+        Ok(())
     }
 
     /// Runs the clock forward in `step`s until `until` has passed.
@@ -172,25 +232,27 @@ impl Pair {
         method: u32,
         timeout_us: u32,
     ) {
-        let (side, peer) = match from {
-            Role::Client => (&mut self.client, &mut self.server),
-            Role::Server => (&mut self.server, &mut self.client),
-        };
-        if let Some(posted) = side
-            .core
-            .send(call, frame, method, timeout_us)
-            .expect("send accepted")
-        {
-            post(side, peer, posted);
+        let sent = self.side(from).core.send(call, frame, method, timeout_us);
+        self.posted(from, sent).expect("send accepted");
+    }
+
+    /// What `from`'s core answered to a send or an end of a call: a frame it returned at
+    /// once goes onto the wire.
+    pub(crate) fn posted(
+        &mut self,
+        from: Role,
+        sent: Result<Option<(Vec<u8>, usize)>, SendError>,
+    ) -> Result<(), SendError> {
+        if let Some(frame) = sent? {
+            let (side, peer) = self.sides(from);
+            post(side, peer, frame);
         }
+        Ok(())
     }
 
     /// The side releases the receive slots it held.
     pub(crate) fn release(&mut self, role: Role) {
-        let side = match role {
-            Role::Client => &mut self.client,
-            Role::Server => &mut self.server,
-        };
+        let side = self.side(role);
         side.core.released(std::mem::take(&mut side.held));
     }
 }
@@ -204,11 +266,15 @@ fn post(from: &mut Side, to: &mut Side, (mut buf, len): (Vec<u8>, usize)) {
     }
 }
 
-/// Everything `from` can transmit now, onto the wire to `to`.
-fn transmit(from: &mut Side, to: &mut Side) -> usize {
+/// Everything `from` can transmit now, onto the wire to `to` (its send buffers refused
+/// unless `buffers`).
+fn transmit(from: &mut Side, to: &mut Side, buffers: bool) -> usize {
     let size = from.core.max_segment() + crate::HEADER_LEN;
     let mut n = 0;
-    while let Some(frame) = from.core.poll_transmit(&mut || Some(vec![0; size])) {
+    while let Some(frame) = from
+        .core
+        .poll_transmit(&mut || buffers.then(|| vec![0; size]))
+    {
         post(from, to, frame);
         n += 1;
     }
@@ -218,55 +284,64 @@ fn transmit(from: &mut Side, to: &mut Side) -> usize {
 /// Handles every frame on the wire to `side`.
 fn deliver(side: &mut Side, now: Instant) -> usize {
     let mut n = 0;
-    while let Some(frame) = side.inbound.pop_front() {
+    while deliver_one(side, now) {
         n += 1;
-        let event = side
-            .core
-            .handle_frame(&frame, || now)
-            .expect("a correct peer sends valid frames");
-        let seen = match event {
-            Event::None => None,
-            Event::Opened { call, .. } => {
-                side.core.set_user(call, call as u32);
-                Some(Seen::Opened(call))
-            }
-            Event::Message {
-                call,
-                opened,
-                body,
-                end,
-                ended,
-                ..
-            } => {
-                if opened.is_some() {
-                    side.core.set_user(call, call as u32);
-                }
-                Some(Seen::Message(call, body.to_vec(), end, ended))
-            }
-            Event::Headers { call, .. } => Some(Seen::Headers(call)),
-            Event::HalfClosed { call } => Some(Seen::HalfClosed(call)),
-            Event::Ended {
-                call, code, user, ..
-            } => Some(Seen::Ended(call, code, user)),
-            Event::Cancelled { call, reason, user } => Some(Seen::Cancelled(call, reason, user)),
-            Event::Refused { call, status, user } => Some(Seen::Refused(call, status.code(), user)),
-            Event::Goodbye {
-                last_call,
-                unprocessed,
-            } => Some(Seen::Goodbye(
-                last_call,
-                unprocessed.into_iter().map(|(id, _)| id).collect(),
-            )),
-            Event::Pong { data } => Some(Seen::Pong(data)),
-        };
-        side.seen.extend(seen);
-        if side.release_at_once {
-            side.core.released(1);
-        } else {
-            side.held += 1;
-        }
     }
     n
 }
 
+/// Handles the frame at the head of the wire to `side`, if any.
+fn deliver_one(side: &mut Side, now: Instant) -> bool {
+    let Some(frame) = side.inbound.pop_front() else {
+        return false;
+    };
+    let event = side
+        .core
+        .handle_frame(&frame, || now)
+        .expect("a correct peer sends valid frames");
+    let seen = match event {
+        Event::None => None,
+        Event::Opened { call, .. } => {
+            side.core.set_user(call, call as u32);
+            Some(Seen::Opened(call))
+        }
+        Event::Message {
+            call,
+            opened,
+            body,
+            end,
+            ended,
+            ..
+        } => {
+            if opened.is_some() {
+                side.core.set_user(call, call as u32);
+            }
+            Some(Seen::Message(call, body.to_vec(), end, ended))
+        }
+        Event::Headers { call, .. } => Some(Seen::Headers(call)),
+        Event::HalfClosed { call } => Some(Seen::HalfClosed(call)),
+        Event::Ended {
+            call, code, user, ..
+        } => Some(Seen::Ended(call, code, user)),
+        Event::Cancelled { call, reason, user } => Some(Seen::Cancelled(call, reason, user)),
+        Event::Refused { call, status, user } => Some(Seen::Refused(call, status.code(), user)),
+        Event::Goodbye {
+            last_call,
+            unprocessed,
+        } => Some(Seen::Goodbye(
+            last_call,
+            unprocessed.into_iter().map(|(id, _)| id).collect(),
+        )),
+        Event::Pong { data } => Some(Seen::Pong(data)),
+    };
+    side.seen.extend(seen);
+    if side.release_at_once {
+        side.core.released(1);
+    } else {
+        side.held += 1;
+    }
+    true
+}
+
+mod sim;
 mod tests;

@@ -45,12 +45,14 @@ fn corpus_replays_without_panics() {
 /// Hello of a [`Script`]: 4 slots of 256 bytes each side, so one frame carries 216 bytes.
 const ROOM: u8 = 27; // 216 / 8, a split byte
 
-/// A hand-written seed: its script, and the events and emitted frames it must reach.
+/// A hand-written seed: its script, and the events, emitted frames and expiries it must
+/// reach.
 struct Seed {
     name: &'static str,
     script: Vec<u8>,
     events: Vec<&'static str>,
     sent: Vec<&'static str>,
+    expired: Vec<&'static str>,
 }
 
 fn seed(
@@ -64,8 +66,22 @@ fn seed(
         script: script.into_bytes(),
         events: events.to_vec(),
         sent: sent.to_vec(),
+        expired: Vec::new(),
     }
 }
+
+impl Seed {
+    /// The expiries it must reach ([`op::TIME`]).
+    fn expiring(mut self, expired: &[&'static str]) -> Seed {
+        self.expired = expired.to_vec();
+        self
+    }
+}
+
+/// Prologue bits of [`Script::timers`]: keepalive every 10 ms (given up after 50 ms of
+/// silence), a stall timeout of 5 ms.
+const KEEPALIVE_10MS: u8 = 1 << 3;
+const STALL_5MS: u8 = 1 << 5;
 
 fn seeds() -> Vec<Seed> {
     vec![
@@ -190,6 +206,76 @@ fn seeds() -> Vec<Seed> {
             &["MessageEnd"],
             &[],
         ),
+        seed(
+            "client-deadline",
+            Script::new(Role::Client)
+                .op(op::OPEN, &[])
+                // MESSAGE OPEN|END with a timeout of 5 ms: the client's deadline.
+                .op(op::SEND_MESSAGE, &[0, 2, 4, 7, 5])
+                .op(op::TIME, &[4])
+                .op(op::POLL, &[0])
+                // It passes: the call is cancelled with DEADLINE_EXCEEDED.
+                .op(op::TIME, &[1])
+                .op(op::POLL, &[0])
+                // The server's reply crossed the CANCEL: dropped.
+                .op(op::SYNTH, &[1, 0, 2 | 1 << 3, 0, 1, 0]),
+            &[],
+            &["MESSAGE", "CANCEL"],
+        )
+        .expiring(&["Deadline"]),
+        seed(
+            "server-deadline",
+            Script::new(Role::Server)
+                // MESSAGE OPEN|END opening call 1 with a timeout of 9 ms.
+                .op(op::SYNTH, &[1, 0x80, 3, 9, 2, 0])
+                .op(op::RELEASE, &[0])
+                .op(op::TIME, &[9])
+                // END DEADLINE_EXCEEDED; the handler's late reply goes nowhere.
+                .op(op::POLL, &[0])
+                .op(op::SEND_MESSAGE, &[0, 2, 6, 0, 0])
+                .op(op::POLL, &[0]),
+            &["MessageEnd"],
+            &["END"],
+        )
+        .expiring(&["Deadline"]),
+        seed(
+            "keepalive",
+            Script::new(Role::Client)
+                .timers(KEEPALIVE_10MS)
+                // The first tick starts keepalive; 10 ms of silence send a PING.
+                .op(op::TIME, &[0])
+                .op(op::TIME, &[10])
+                .op(op::POLL, &[0])
+                // The answer keeps the peer alive past the 50 ms.
+                .op(op::SYNTH, &[6, 0, 4, 0, 0])
+                .op(op::TIME, &[40])
+                .op(op::TIME, &[10])
+                .op(op::POLL, &[0])
+                // No answer this time: the peer is given up.
+                .op(op::TIME, &[40])
+                .op(op::POLL, &[0]),
+            &["Pong"],
+            &["PING", "PING"],
+        )
+        .expiring(&["PeerSilent"]),
+        seed(
+            "client-stall",
+            Script::new(Role::Client)
+                .timers(STALL_5MS)
+                .op(op::OPEN, &[])
+                .op(op::SEND_MESSAGE, &[0, 2, 4, 7, 0])
+                .op(op::POLL, &[0])
+                // The first 216 bytes of a 528-byte reply, then nothing for 5 ms: the call
+                // is cancelled with RESOURCE_EXHAUSTED.
+                .op(op::SYNTH, &[1, 0, 0, 0, 22, ROOM])
+                .op(op::TIME, &[0])
+                .op(op::TIME, &[5])
+                .op(op::RELEASE, &[3])
+                .op(op::POLL, &[0]),
+            &[],
+            &["MESSAGE", "CANCEL"],
+        )
+        .expiring(&["Stalled"]),
     ]
 }
 
@@ -213,20 +299,22 @@ fn parse_args(bytes: &[u8]) -> Vec<u8> {
     args
 }
 
-fn check(name: &str, reached: &Reached, events: &[&str], sent: &[&str]) {
+fn check(s: &Seed, reached: &Reached) {
+    let name = s.name;
     assert_eq!(reached.error, None, "seed {name}: {reached:#?}");
-    assert_eq!(reached.events, events, "seed {name}: {reached:#?}");
-    assert_eq!(reached.sent, sent, "seed {name}: {reached:#?}");
+    assert_eq!(reached.events, s.events, "seed {name}: {reached:#?}");
+    assert_eq!(reached.sent, s.sent, "seed {name}: {reached:#?}");
+    assert_eq!(reached.expired, s.expired, "seed {name}: {reached:#?}");
 }
 
 #[test]
 fn seeds_reach_their_states() {
     for s in seeds() {
-        check(s.name, &fuzz::run(&s.script), &s.events, &s.sent);
+        check(&s, &fuzz::run(&s.script));
     }
 }
 
-/// Writes the seeds into the corpus directory: `cargo test -p rpc-core --lib corpus --
+/// Writes the seeds into the corpus directory: `cargo test -p rpc-proto --lib corpus --
 /// --ignored write_seeds`.
 #[test]
 #[ignore = "writes files: run by hand to reseed the corpus"]

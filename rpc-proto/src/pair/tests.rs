@@ -8,20 +8,6 @@ use crate::{flags, Code, Keepalive, Kind, Role, SendError};
 
 const MS: Duration = Duration::from_millis(1);
 
-/// Every slot of each side is either credited to its peer or owed back (owed credits below
-/// the threshold ride on the next frame out): none is lost to a race.
-fn assert_credits_conserved(pair: &Pair) {
-    let slots = hello().slot_count;
-    assert_eq!(
-        pair.client.core.send_credits() + pair.server.core.owed(),
-        slots
-    );
-    assert_eq!(
-        pair.server.core.send_credits() + pair.client.core.owed(),
-        slots
-    );
-}
-
 #[test]
 fn a_deadline_ends_the_call_at_both_ends_at_the_same_virtual_instant() {
     let mut pair = Pair::new();
@@ -98,7 +84,7 @@ fn a_reply_in_flight_when_the_deadline_fires_is_discarded_and_credits_come_back(
     );
     // The server had answered: the CANCEL names a call it no longer has, and is ignored.
     assert!(pair.server.take_seen().is_empty());
-    assert_credits_conserved(&pair);
+    pair.credits_conserved().unwrap();
     assert_eq!(
         (pair.client.core.open_calls(), pair.server.core.open_calls()),
         (0, 0)
@@ -133,7 +119,7 @@ fn a_cancel_racing_a_reply_gives_exactly_one_outcome_at_each_end() {
             (pair.client.core.open_calls(), pair.server.core.open_calls()),
             (0, 0)
         );
-        assert_credits_conserved(&pair);
+        pair.credits_conserved().unwrap();
     }
 }
 
