@@ -47,6 +47,7 @@ impl CreditLedger {
     /// One receive slot was re-posted (it is back in the posted pool). Returns the credits
     /// due now: re-posts not taken plus the owed credits last published, which the caller
     /// compares with its threshold to decide whether to ask the owner for a step.
+    #[inline]
     pub fn release(&self) -> u64 {
         let prev = self.word.fetch_add(1, Ordering::AcqRel);
         u64::from(released(prev)) + 1 + u64::from(owed(prev))
@@ -55,23 +56,27 @@ impl CreditLedger {
     /// Whether the credits due (re-posts not taken plus the owed credits last published)
     /// reach `threshold` now (a snapshot; [`CreditLedger::release`] answers this for the
     /// re-post it counts, which is what the protocol relies on).
+    #[inline]
     pub fn due(&self, threshold: u32) -> bool {
         let word = self.word.load(Ordering::Acquire);
         u64::from(released(word)) + u64::from(owed(word)) >= u64::from(threshold)
     }
 
     /// The owner takes the re-posts counted so far (they become credits it owes).
+    #[inline]
     pub fn take_released(&self) -> u32 {
         released(self.word.fetch_and(!RELEASED, Ordering::AcqRel))
     }
 
     /// Re-posts counted and not taken yet (a snapshot).
+    #[inline]
     pub fn released_pending(&self) -> u32 {
         released(self.word.load(Ordering::Acquire))
     }
 
     /// The owner publishes the credits it owes; returns the re-posts counted and not taken at
     /// that moment (read in the same atomic step).
+    #[inline]
     pub fn publish_owed(&self, owed: u32) -> u32 {
         let mut word = self.word.load(Ordering::Relaxed);
         loop {

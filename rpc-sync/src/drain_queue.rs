@@ -4,7 +4,7 @@
 //! transports (`ChannelCq`).
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::primitive::{Condvar, Mutex};
 
@@ -56,11 +56,13 @@ impl<T> DrainQueue<T> {
 
     /// Queues `item` without waking anyone: the caller follows with [`DrainQueue::drive`]
     /// (a producer batching several items).
+    #[inline]
     pub fn enqueue(&self, item: T) {
         self.state.lock().items.push_back(item);
     }
 
     /// Queues `item` and wakes the consumer if it sleeps; `true` if this woke it.
+    #[inline]
     pub fn push(&self, item: T) -> bool {
         let wake = {
             let mut state = self.state.lock();
@@ -88,6 +90,7 @@ impl<T> DrainQueue<T> {
     }
 
     /// Wakes the consumer if it sleeps (nothing is due otherwise); `true` if it did.
+    #[inline]
     pub fn wake_if_sleeping(&self) -> bool {
         let wake = Self::ring(&mut self.state.lock());
         if wake {
@@ -106,6 +109,7 @@ impl<T> DrainQueue<T> {
     }
 
     /// Moves up to `max` items, oldest first, to `out`; returns how many.
+    #[inline]
     pub fn drain_into(&self, out: &mut Vec<T>, max: usize) -> usize {
         let mut state = self.state.lock();
         let n = state.items.len().min(max);
@@ -114,35 +118,28 @@ impl<T> DrainQueue<T> {
     }
 
     /// Whether nothing is queued.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.state.lock().items.is_empty()
     }
 
     /// The consumer sleeps until an item is queued, [`DrainQueue::wake`] is called, or
     /// `timeout` passes; returns at once if an item is queued or a wake is due. Spurious
-    /// returns are possible: the caller polls and waits again.
+    /// returns are possible (a timed wait returns after one wake-up, whatever woke it): the
+    /// caller polls and waits again. No clock is read here; the condition variable times.
     pub fn wait(&self, timeout: Option<Duration>) {
-        let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.state.lock();
         if !state.rung && state.items.is_empty() {
             state.sleeping = true;
             // The queue's own lock is released by the wait; no runtime lock may be held.
             crate::assert_unlocked("waiting for completions");
-            while !state.rung && state.items.is_empty() {
-                match deadline {
-                    None => state = self.bell.wait(state),
-                    Some(d) => {
-                        let now = Instant::now();
-                        if now >= d {
-                            break;
-                        }
-                        let (s, timed_out) = self.bell.wait_timeout(state, d - now);
-                        state = s;
-                        if timed_out {
-                            break;
-                        }
+            match timeout {
+                None => {
+                    while !state.rung && state.items.is_empty() {
+                        state = self.bell.wait(state);
                     }
                 }
+                Some(t) => state = self.bell.wait_timeout(state, t).0,
             }
             state.sleeping = false;
         }

@@ -21,22 +21,26 @@ impl Flag {
     }
 
     /// Raises the flag; `true` if this call raised it (it was lowered).
+    #[inline]
     pub fn raise(&self) -> bool {
         !self.0.swap(true, Ordering::AcqRel)
     }
 
     /// Raises or lowers the flag without asking whether it changed (a release store: no
     /// read-modify-write, cheap on a hot path).
+    #[inline]
     pub fn set(&self, raised: bool) {
         self.0.store(raised, Ordering::Release);
     }
 
     /// Lowers the flag (a release store: no read-modify-write, cheap on a hot path).
+    #[inline]
     pub fn lower(&self) {
         self.0.store(false, Ordering::Release);
     }
 
     /// Whether the flag is raised.
+    #[inline]
     pub fn is_raised(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
@@ -55,11 +59,13 @@ impl Count {
     }
 
     /// Adds `n`; returns the count before.
+    #[inline]
     pub fn add(&self, n: usize) -> usize {
         self.0.fetch_add(n, Ordering::AcqRel)
     }
 
     /// Subtracts `n` (which must not exceed the count); returns the count before.
+    #[inline]
     pub fn sub(&self, n: usize) -> usize {
         self.0.fetch_sub(n, Ordering::AcqRel)
     }
@@ -67,6 +73,7 @@ impl Count {
     /// Adds 1 unless the count is at `bound` or beyond; `false` (nothing added) then. A count
     /// of things admitted up to a bound (frames queued, calls queued): it never passes
     /// `bound` for long, as one that got over it takes itself off at once.
+    #[inline]
     pub fn try_add_below(&self, bound: usize) -> bool {
         if self.0.fetch_add(1, Ordering::AcqRel) >= bound {
             self.0.fetch_sub(1, Ordering::AcqRel);
@@ -76,6 +83,7 @@ impl Count {
     }
 
     /// The count now (a snapshot).
+    #[inline]
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }
@@ -93,11 +101,13 @@ impl Published {
     }
 
     /// Publishes `value`.
+    #[inline]
     pub fn set(&self, value: u64) {
         self.0.store(value, Ordering::Release);
     }
 
     /// The value last published.
+    #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)
     }
@@ -109,6 +119,7 @@ static WAKEUPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 /// Counts one thread wake-up the runtime issues (a parked caller unparked, a sleeping poller
 /// woken, work handed to another thread): a statistic for the `wakeups_per_call` benchmark,
 /// kept here so that every layer (transports, runtime) can count without reaching up.
+#[inline]
 pub fn woke_a_thread() {
     WAKEUPS.fetch_add(1, Ordering::Relaxed);
 }

@@ -62,6 +62,7 @@ impl<T> Flusher<T> {
 
     /// After queueing work: the turn, if this thread is to write now; `None` if the holder
     /// of the turn, or the designated thread of a stalled flusher, will write it.
+    #[inline]
     pub fn try_flush(&self) -> Option<FlushTurn<'_, T>> {
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
@@ -109,6 +110,7 @@ impl<T> Flusher<T> {
     }
 
     /// Whether the flusher is stalled (a hint: it may change at once).
+    #[inline]
     pub fn is_stalled(&self) -> bool {
         self.state.load(Ordering::Acquire) & STALLED != 0
     }

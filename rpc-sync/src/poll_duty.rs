@@ -100,6 +100,7 @@ impl PollDuty {
 
     /// A call starts. `true`: a stream opened while the poller thread stood back, which must
     /// be woken (a stream's reader and sender wait without being counted as waiters).
+    #[inline]
     pub fn call_started(&self, stream: bool) -> bool {
         let add = (1 << CALLS) | if stream { 1 << STREAMS } else { 0 };
         let prev = self.word.fetch_add(add, Ordering::AcqRel);
@@ -111,18 +112,21 @@ impl PollDuty {
     }
 
     /// A call is over for its caller.
+    #[inline]
     pub fn call_finished(&self, stream: bool) {
         let sub = (1 << CALLS) | if stream { 1 << STREAMS } else { 0 };
         self.word.fetch_sub(sub, Ordering::AcqRel);
     }
 
     /// Calls started and not over for their callers (a snapshot).
+    #[inline]
     pub fn calls_outstanding(&self) -> usize {
         field(self.word.load(Ordering::Acquire), CALLS) as usize
     }
 
     /// Somebody starts waiting for a unary call's outcome without driving. `true`: the
     /// poller thread stood back and must be woken.
+    #[inline]
     pub fn begin_waiting(&self) -> bool {
         let prev = self.word.fetch_add(1 << WAITERS, Ordering::AcqRel);
         assert!(
@@ -133,12 +137,14 @@ impl PollDuty {
     }
 
     /// A waiter counted by [`PollDuty::begin_waiting`] stops waiting.
+    #[inline]
     pub fn end_waiting(&self) {
         self.word.fetch_sub(1 << WAITERS, Ordering::AcqRel);
     }
 
     /// A caller asks to drive; granted (`true`) if nobody drives and its call is the only
     /// one, or the poller thread may stand back for it.
+    #[inline]
     pub fn start_driving(&self) -> bool {
         self.update(|s| {
             let may = s & DRIVING == 0 && (field(s, CALLS) <= 1 || self.may_stand_back(s));
@@ -155,6 +161,7 @@ impl PollDuty {
     /// whose call is done and whose call was the only one wakes nobody (the poller thread
     /// finds out at its next tick); one whose other calls are futures nobody waits for, on a
     /// queue that needs polling, leaves the poller thread standing back instead.
+    #[inline]
     pub fn stop_driving(&self, own_call_done: bool) -> bool {
         self.update(|s| {
             let s = s & !DRIVING;
@@ -173,6 +180,7 @@ impl PollDuty {
     /// A stream reader that drove stops: if its message came, the poller thread keeps
     /// standing back (the reader's next wait drives again) unless other calls are
     /// outstanding; otherwise polling goes back to the poller thread. `true`: wake it.
+    #[inline]
     pub fn stop_driving_stream(&self, message_came: bool) -> bool {
         self.update(|s| {
             let s = s & !DRIVING;
@@ -185,11 +193,13 @@ impl PollDuty {
     }
 
     /// Whether a caller drives now.
+    #[inline]
     pub fn is_driving(&self) -> bool {
         self.word.load(Ordering::Acquire) & DRIVING != 0
     }
 
     /// Whether the poller thread stands back now.
+    #[inline]
     pub fn is_standing_back(&self) -> bool {
         self.word.load(Ordering::Acquire) & STANDING_BACK != 0
     }
