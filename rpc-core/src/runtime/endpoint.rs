@@ -277,6 +277,7 @@ impl Endpoint {
         Some(guard.with(|state| {
             let mut batch = std::mem::take(&mut state.batch);
             let n = self.cq.poll(&mut batch, 32);
+            // In order, by value; the batch keeps its capacity for the next poll.
             for c in batch.drain(..) {
                 self.route(c, state);
             }
