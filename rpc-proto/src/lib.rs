@@ -5,9 +5,11 @@
 //! client core and a server core against each other in memory.
 //!
 //! - [`Connection`]: one connection's state, both roles. Received frames go in through
-//!   [`Connection::on_frame`] and come out as [`Event`]s; outgoing frames go in through
+//!   [`Connection::handle_frame`] (or [`Connection::on_frame`], when no server deadline is
+//!   watched) and come out as [`Event`]s; outgoing frames go in through
 //!   [`Connection::send`] and come out of [`Connection::poll_transmit`], written into send
-//!   buffers the caller provides.
+//!   buffers the caller provides; time goes in through [`Connection::handle_timeout`], which
+//!   [`Connection::poll_timeout`] says when to call.
 //! - [`frame`]: headers and HELLO, encoded and decoded; [`metadata`]: metadata blocks.
 //! - [`MemoryBudget`] / [`ConnectionMemory`]: the bytes peers make the process hold, bounded
 //!   per connection and in total.

@@ -653,7 +653,7 @@ pub(crate) fn run_on_this_poller(task: Arc<dyn Runnable>) -> Result<(), Arc<dyn 
 }
 
 /// Runs the tasks [`run_on_this_poller`] took (and those they wake), then stops taking more;
-/// the frames they send go out together at the end (see [`super::conn::holding_sends`]).
+/// the frames they send go out together at the end (see [`super::held_sends::holding_sends`]).
 fn run_woken_inline() {
     let none = WOKEN_INLINE.with(|w| {
         let none = w.tasks.borrow().is_empty();

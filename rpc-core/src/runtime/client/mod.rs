@@ -1,6 +1,7 @@
 //! [`Client`]: one connection carrying many concurrent calls from many threads, with
-//! blocking calls and a runtime-agnostic async form ([`ResponseFuture`], completed by the
-//! poller thread, usable from tokio or from plain threads).
+//! blocking calls and a runtime-agnostic async form ([`ResponseFuture`], completed by
+//! whichever thread handles the reply's completion: the poller, a driving caller or the TCP
+//! I/O thread; usable from tokio or from plain threads).
 
 mod streams;
 mod unary;
@@ -166,9 +167,10 @@ impl ClientBuilder {
     /// How long a blocking call polls for its reply on its own thread before it parks and
     /// leaves polling to the poller thread (default 200 µs, or `RPC_SPIN_US`; 0: park at
     /// once). Only a call that is the client's only one outstanding polls (with others
-    /// outstanding the poller thread is busy anyway), and the poller thread parks meanwhile,
+    /// outstanding the poller thread is busy anyway; over verbs a window of futures keeps
+    /// the poller standing back instead, see docs/ARCHITECTURE.md "Who polls"), and the poller thread parks meanwhile,
     /// so a reply within the budget costs no thread wake-up at all. Measured in one Soft-RoCE
-    /// boot (`scripts/bench-spin`, docs/ARCHITECTURE.md "Who polls"): 200 µs had the lowest
+    /// boot (`scripts/bench-spin`; BENCHMARKS.md keeps the figures): 200 µs had the lowest
     /// p50 at 1 outstanding and the highest rate at 8; 50 µs was worse than parking at once
     /// (the caller gives up just before the reply and both threads must be woken).
     pub fn spin(mut self, spin: Duration) -> Self {

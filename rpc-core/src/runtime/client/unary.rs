@@ -275,8 +275,9 @@ impl Client {
         }
     }
 
-    /// Starts a unary call and returns a future of its response. The future completes from
-    /// the poller thread, so it works under any executor; [`ResponseFuture::wait`] blocks.
+    /// Starts a unary call and returns a future of its response. The future is completed by
+    /// the thread that handles the reply (never by its own poll), so it works under any
+    /// executor; [`ResponseFuture::wait`] blocks.
     pub fn unary_async<Req, Resp>(
         &self,
         method: &'static MethodDescriptor,

@@ -106,7 +106,7 @@ pub(crate) struct Conn {
     dispatch: Option<Arc<dyn Dispatch>>,
     pub(crate) counters: Arc<Counters>,
     closed: Flag,
-    /// A server's connection: frames posted inside [`holding_sends`] are held for one batch.
+    /// A server's connection: frames posted inside [`held_sends::holding_sends`] are held for one batch.
     serving: bool,
     /// Server: some call has a deadline to watch (the endpoint's tick looks only at these).
     deadlines_pending: AtomicBool,
