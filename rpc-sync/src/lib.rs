@@ -130,8 +130,20 @@ pub(crate) mod primitive {
                 .expect("never poisoned: nothing panics under it")
         }
     }
+    /// A short internal lock (never held across a wake or a park). `std`'s futex lock:
+    /// nothing panics under these locks, so a poisoned one is used as it is.
     #[cfg(not(loom))]
-    pub(crate) use parking_lot::Mutex;
+    pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+    #[cfg(not(loom))]
+    impl<T> Mutex<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Mutex(std::sync::Mutex::new(value))
+        }
+        #[inline]
+        pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+    }
 
     /// Parks threads until another notifies them, releasing a [`Mutex`] while they wait.
     #[cfg(loom)]
@@ -167,31 +179,37 @@ pub(crate) mod primitive {
     }
 
     /// Parks threads until another notifies them, releasing a [`Mutex`] while they wait.
+    /// `std`'s futex condition variable: a notification reads no clock (parking_lot's reads
+    /// one for its fairness timeout on every wake-up).
     #[cfg(not(loom))]
-    pub(crate) struct Condvar(parking_lot::Condvar);
+    pub(crate) struct Condvar(std::sync::Condvar);
     #[cfg(not(loom))]
     impl Condvar {
         pub(crate) const fn new() -> Self {
-            Condvar(parking_lot::Condvar::new())
+            Condvar(std::sync::Condvar::new())
         }
         pub(crate) fn notify_one(&self) {
             self.0.notify_one();
         }
         pub(crate) fn wait<'a, T>(
             &self,
-            mut guard: parking_lot::MutexGuard<'a, T>,
-        ) -> parking_lot::MutexGuard<'a, T> {
-            self.0.wait(&mut guard);
-            guard
+            guard: std::sync::MutexGuard<'a, T>,
+        ) -> std::sync::MutexGuard<'a, T> {
+            self.0
+                .wait(guard)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
         /// Waits for a notification or `timeout`; `true` if it timed out.
         pub(crate) fn wait_timeout<'a, T>(
             &self,
-            mut guard: parking_lot::MutexGuard<'a, T>,
+            guard: std::sync::MutexGuard<'a, T>,
             timeout: std::time::Duration,
-        ) -> (parking_lot::MutexGuard<'a, T>, bool) {
-            let timed_out = self.0.wait_for(&mut guard, timeout).timed_out();
-            (guard, timed_out)
+        ) -> (std::sync::MutexGuard<'a, T>, bool) {
+            let (guard, result) = self
+                .0
+                .wait_timeout(guard, timeout)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            (guard, result.timed_out())
         }
     }
     #[cfg(not(loom))]
