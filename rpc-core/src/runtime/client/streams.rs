@@ -46,7 +46,7 @@ impl Client {
                 if let Some(timeout) = request.timeout() {
                     head.set_timeout(timeout);
                 }
-                let head = interceptor.0.intercept(head)?;
+                let head = interceptor.intercept(head)?;
                 self.open_stream_as(method, &head, message)
             }
         }

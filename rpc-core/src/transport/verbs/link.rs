@@ -470,6 +470,7 @@ impl Link for VerbsLink {
     }
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        rpc_sync::assert_unlocked("posting a frame");
         let send = self.checked(buf, len)?;
         let mut state = self.inner.send_state.lock();
         self.inner.hold(&mut state, send, len);
@@ -477,6 +478,7 @@ impl Link for VerbsLink {
     }
 
     fn post_send_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
+        rpc_sync::assert_unlocked("posting a frame");
         let send = self.checked(buf, len)?;
         let mut state = self.inner.send_state.lock();
         self.inner.hold(&mut state, send, len);
@@ -484,6 +486,7 @@ impl Link for VerbsLink {
     }
 
     fn flush_sends(&self) -> Result<(), Error> {
+        rpc_sync::assert_unlocked("posting frames");
         let mut state = self.inner.send_state.lock();
         self.inner.post_held(&mut state)
     }
