@@ -160,19 +160,6 @@ pub enum Payload<P> {
     Bytes(Vec<u8>),
 }
 
-impl<P: std::ops::Deref<Target = [u8]>> Outgoing<P> {
-    /// The same frame with its payload copied out of its send buffer (which is freed).
-    pub fn detached(self) -> Outgoing<P> {
-        let payload = match self.payload {
-            Payload::InBuffer(buf, len) => {
-                Payload::Bytes(buf[HEADER_LEN..HEADER_LEN + len].to_vec())
-            }
-            bytes => bytes,
-        };
-        Outgoing { payload, ..self }
-    }
-}
-
 impl<P> Payload<P> {
     fn len(&self) -> usize {
         match self {
@@ -257,6 +244,9 @@ struct Call<C, P> {
     cancel: Option<Code>,
     /// When the call ends with DEADLINE_EXCEEDED (see [`Connection::set_deadline`]).
     deadline: Option<Instant>,
+    /// Client: opened beyond the server's `max_calls` and waiting for a call to end; its
+    /// frames are queued and none leaves until then (see [`Connection::queue_beyond_max_calls`]).
+    waiting: bool,
     partial: Option<Partial>,
     /// The call's received metadata, reserved from the connection's memory while the call
     /// is open (its record is part of the connection's admission: [`CALL_RECORD`]).
@@ -283,13 +273,18 @@ impl<C, P> Call<C, P> {
             window_queued: false,
             cancel: None,
             deadline: None,
+            waiting: false,
             partial: None,
             held: Reservation::default(),
         }
     }
 
-    /// Whether the first queued frame may start now as far as the call's window goes.
+    /// Whether the first queued frame may start now as far as the call's window goes (never
+    /// while the call waits for the server's `max_calls`).
     fn front_ready(&self) -> bool {
+        if self.waiting {
+            return false;
+        }
         match self.out.front() {
             Some(q) => q.sent > 0 || q.header.kind != Kind::Message || self.send_window > 0,
             None => false,
@@ -324,6 +319,12 @@ pub struct Connection<C, P> {
     goodbye_to_send: Option<u64>,
     goodbye_sent: Option<u64>,
     goodbye_received: Option<u64>,
+    /// Client: open beyond the server's `max_calls` instead of refusing (AtCapacity).
+    queue_calls: bool,
+    /// Client: calls waiting for the server's `max_calls`, oldest first (ids of calls that
+    /// ended meanwhile are skipped). Bounded by what the application opened and has not given
+    /// up: the peer cannot add to it.
+    waiting: VecDeque<u64>,
     /// What the peer makes this side hold, counted against the budget (§15).
     memory: ConnectionMemory,
     /// Deadlines, keepalive, stalled reassembly.
@@ -366,6 +367,8 @@ where
             goodbye_to_send: None,
             goodbye_sent: None,
             goodbye_received: None,
+            queue_calls: false,
+            waiting: VecDeque::new(),
             memory: ConnectionMemory::unlimited(),
             timers: Timers::default(),
         }
@@ -885,11 +888,17 @@ where
         // included: the receiver drops a partial frame when the call ends).
         call.out.clear();
         let user = call.user.take();
+        let waiting = call.waiting;
         if call.cancel.is_none() {
-            self.counted_calls -= 1;
-        }
-        if call.cancel.is_none() {
+            if !waiting {
+                self.counted_calls -= 1;
+            }
             self.calls.remove(&id);
+        }
+        if waiting {
+            self.waiting.retain(|&w| w != id);
+        } else {
+            self.start_waiting();
         }
         user
     }
@@ -1093,6 +1102,40 @@ where
 
     // ----- sending -----------------------------------------------------------------------
 
+    /// Client: whether [`Connection::open_call`] beyond the server's `max_calls` opens a call
+    /// that waits (`true`) or refuses with [`SendError::AtCapacity`] (`false`, the default).
+    /// A waiting call has its id; its frames are queued ([`Connection::send`]) and leave, in
+    /// the order the calls were opened, as calls end (as gRPC queues streams beyond
+    /// MAX_CONCURRENT_STREAMS). Cancelled, past its deadline or given back by a GOODBYE
+    /// before it started, it ends here without a frame.
+    pub fn queue_beyond_max_calls(&mut self, queue: bool) {
+        self.queue_calls = queue;
+    }
+
+    /// Calls waiting for the server's `max_calls` (see
+    /// [`Connection::queue_beyond_max_calls`]).
+    pub fn waiting_calls(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Starts waiting calls, oldest first, while the server's `max_calls` allows.
+    fn start_waiting(&mut self) {
+        while self.counted_calls < self.peer.max_calls {
+            let Some(id) = self.waiting.pop_front() else {
+                return;
+            };
+            let Some(call) = self.calls.get_mut(&id).filter(|c| c.waiting) else {
+                continue;
+            };
+            call.waiting = false;
+            self.counted_calls += 1;
+            if !call.in_ready && call.front_ready() {
+                call.in_ready = true;
+                self.ready.push_back(id);
+            }
+        }
+    }
+
     /// Opens a call (client): registers `user` and returns the call id. The call's first
     /// frame, sent with [`Connection::send`], carries OPEN, `method` and `timeout_us`.
     pub fn open_call(&mut self, user: C) -> Result<u64, SendError> {
@@ -1102,16 +1145,21 @@ where
         if self.goodbye_received.is_some() {
             return Err(SendError::GoingAway);
         }
-        if self.counted_calls >= self.peer.max_calls {
+        let at_capacity = self.counted_calls >= self.peer.max_calls || !self.waiting.is_empty();
+        if at_capacity && !self.queue_calls {
             return Err(SendError::AtCapacity);
         }
         self.highest_call += 1;
-        self.counted_calls += 1;
         let id = self.highest_call;
-        self.calls.insert(
-            id,
-            Call::new(Some(user), self.peer.call_window, self.local.call_window),
-        );
+        let mut call = Call::new(Some(user), self.peer.call_window, self.local.call_window);
+        if at_capacity {
+            // Behind the calls already waiting: ids reach the server in order.
+            call.waiting = true;
+            self.waiting.push_back(id);
+        } else {
+            self.counted_calls += 1;
+        }
+        self.calls.insert(id, call);
         Ok(id)
     }
 
@@ -1189,6 +1237,7 @@ where
         // The fast path: nothing of this call or of others is waiting, window and credits
         // allow, and the payload is already in its buffer: the frame goes now, unqueued.
         let direct = call.out.is_empty()
+            && !call.waiting
             && (frame.kind != Kind::Message || call.send_window > 0)
             && self.ready.is_empty()
             && self.send_credits >= 2
@@ -1452,6 +1501,7 @@ where
                 // A call cancelled by this side counts until its CANCEL leaves: a new call
                 // opened after it can then never reach the peer first.
                 self.counted_calls -= 1;
+                self.start_waiting();
             }
             Kind::Window => {
                 self.control.pop_front();
@@ -1534,6 +1584,7 @@ where
             .collect();
         calls.sort_by_key(|(id, _)| *id);
         self.counted_calls = 0;
+        self.waiting.clear();
         self.timers.forget_calls();
         calls
     }

@@ -141,7 +141,9 @@ pub(crate) mod primitive {
         }
         #[inline]
         pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
-            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
     }
 

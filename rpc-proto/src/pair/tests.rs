@@ -367,3 +367,90 @@ fn a_receiver_holding_its_slots_stalls_the_sender_on_credits_until_it_releases()
         "every request arrives once slots are released"
     );
 }
+
+#[test]
+fn calls_beyond_max_calls_wait_in_order_and_start_as_calls_end() {
+    let mut pair = Pair::new();
+    pair.client.core.queue_beyond_max_calls(true);
+    let max = hello().max_calls;
+    let calls: Vec<u64> = (0..max + 3).map(|i| pair.call(i, b"x", None)).collect();
+    pair.drive();
+    assert_eq!(pair.client.core.open_calls(), max);
+    assert_eq!(pair.client.core.waiting_calls(), 3);
+    let opened: Vec<u64> = pair
+        .server
+        .take_seen()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::Message(c, ..) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        opened,
+        calls[..max as usize],
+        "only max_calls reach the server"
+    );
+    // One answer lets the oldest waiting call go; ids reach the server in order.
+    pair.reply(calls[0], b"y");
+    pair.drive();
+    assert!(matches!(
+        pair.server.take_seen()[..],
+        [Seen::Message(c, ..)] if c == calls[max as usize]
+    ));
+    assert_eq!(pair.client.core.waiting_calls(), 2);
+}
+
+#[test]
+fn a_waiting_call_cancelled_or_past_its_deadline_ends_without_a_frame() {
+    let mut pair = Pair::new();
+    pair.client.core.queue_beyond_max_calls(true);
+    let max = hello().max_calls;
+    let running: Vec<u64> = (0..max).map(|i| pair.call(i, b"x", None)).collect();
+    let late = pair.call(50, b"late", Some(10 * MS));
+    let cancelled = pair.call(51, b"gone", None);
+    let kept = pair.call(52, b"kept", None);
+    pair.drive();
+    pair.server.take_seen();
+    let sent_before = pair.client.sent.len();
+    assert_eq!(
+        pair.client.core.cancel(cancelled, Code::Cancelled),
+        Some(51)
+    );
+    pair.advance(10 * MS);
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Deadline(late, Some(50))]
+    );
+    assert_eq!(
+        pair.client.sent.len(),
+        sent_before,
+        "no CANCEL for calls the server never heard of"
+    );
+    assert_eq!(pair.client.core.waiting_calls(), 1);
+    // The next free place goes to the call still waiting.
+    pair.reply(running[0], b"y");
+    pair.drive();
+    assert!(matches!(
+        pair.server.take_seen()[..],
+        [Seen::Message(c, ..)] if c == kept
+    ));
+    pair.credits_conserved().unwrap();
+}
+
+#[test]
+fn goodbye_gives_back_the_waiting_calls_too() {
+    let mut pair = Pair::new();
+    pair.client.core.queue_beyond_max_calls(true);
+    let max = hello().max_calls;
+    let running: Vec<u64> = (0..max).map(|i| pair.call(i, b"x", None)).collect();
+    let waiting = pair.call(77, b"w", None);
+    pair.drive();
+    pair.server.core.goodbye();
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Goodbye(running[max as usize - 1], vec![waiting])]
+    );
+    assert_eq!(pair.client.core.waiting_calls(), 0);
+}

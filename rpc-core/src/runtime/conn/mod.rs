@@ -69,10 +69,6 @@ pub(crate) struct Owned {
     /// Streams whose last message is queued in the core: their sender waits until it left.
     /// Bounded by `max_calls`.
     blocked: Vec<Arc<StreamShared>>,
-    /// Client: calls beyond the server's `max_calls`, waiting in order for calls to end
-    /// (as gRPC queues streams beyond MAX_CONCURRENT_STREAMS). Bounded by what the
-    /// application has started and not given up.
-    waiting: std::collections::VecDeque<OpenCall>,
     closed: bool,
 }
 
@@ -134,6 +130,8 @@ impl Conn {
         core.set_memory(memory);
         core.set_keepalive(keepalive);
         core.set_stall_timeout(stall_timeout);
+        // Calls beyond the server's `max_calls` wait in the core, in order (a client's only).
+        core.queue_beyond_max_calls(role == Role::Client);
         Arc::new_cyclic(|me| Conn {
             me: me.clone(),
             peer: link.peer_name().into(),
@@ -149,7 +147,6 @@ impl Conn {
                 awaiting_message: HashMap::new(),
                 replies: HashMap::new(),
                 blocked: Vec::new(),
-                waiting: std::collections::VecDeque::new(),
                 closed: false,
             }),
             dispatch,
@@ -282,15 +279,7 @@ impl Conn {
         let received = matches!(work, Work::Frame(_));
         let mut delivery = match work {
             Work::Frame(buf) => self.on_frame(owned, buf),
-            Work::Open(call) => {
-                if owned.waiting.is_empty() {
-                    self.open(owned, call)
-                } else {
-                    // Behind calls already waiting: keep the order.
-                    owned.waiting.push_back(call.detached());
-                    None
-                }
-            }
+            Work::Open(call) => self.open(owned, call),
             Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
             Work::HalfClose(stream) => {
                 self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
@@ -337,9 +326,6 @@ impl Conn {
             }
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
         };
-        if !owned.waiting.is_empty() {
-            self.open_waiting(owned, &mut delivery);
-        }
         if received {
             // The frame's slot, if it was released (its message copied out), counts now.
             self.take_reposted(owned);
@@ -408,12 +394,6 @@ impl Conn {
             .into_iter()
             .filter_map(|(_, user)| call_ended(user, status.clone()))
             .collect();
-        failed.extend(
-            owned
-                .waiting
-                .drain(..)
-                .map(|w| w.caller.fail(status.clone())),
-        );
         failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
         owned.awaiting_message.clear();
         owned.replies.clear();

@@ -114,50 +114,19 @@ impl Conn {
         caller: Caller,
         status: Status,
     ) -> Option<Delivery> {
+        // The call was opened before (work is run in the order it was submitted): a call
+        // waiting for the server's `max_calls` ends in the core without a frame.
         let id = caller.id();
-        if id == 0 {
-            // Still waiting to be opened: it never reaches the server.
-            let before = owned.waiting.len();
-            owned.waiting.retain(|w| !w.caller.same(&caller));
-            return (owned.waiting.len() != before).then(|| caller.fail(status));
-        }
-        owned.replies.remove(&id);
+        owned.forget(id);
         let user = owned.core.cancel(id, status.code())?;
         call_ended(user, status)
     }
 
-    /// Opens waiting calls while the server's `max_calls` allows (what they deliver is added
-    /// to `delivery`).
-    pub(super) fn open_waiting(&self, owned: &mut Owned, delivery: &mut Option<Delivery>) {
-        let mut more = Vec::new();
-        while !owned.closed
-            && !owned.waiting.is_empty()
-            && owned.core.open_calls() < owned.core.peer().max_calls
-        {
-            let call = owned.waiting.pop_front().expect("not empty");
-            if let Some(d) = self.open(owned, call) {
-                more.push(d);
-            }
-        }
-        if more.is_empty() {
-            return;
-        }
-        more.extend(delivery.take());
-        *delivery = Some(Delivery::Batch(more));
-    }
-
     pub(super) fn open(&self, owned: &mut Owned, call: OpenCall) -> Option<Delivery> {
-        if call.deadline.is_some_and(|d| d <= Instant::now()) {
-            return Some(call.caller.fail(Status::deadline_exceeded(
-                "the deadline passed while the call waited to be sent",
-            )));
-        }
+        // Beyond the server's `max_calls` the core opens the call waiting, with its frames
+        // queued (copied out of their send slots), and starts it as calls end.
         let id = match owned.core.open_call(call.caller.call_ref()) {
             Ok(id) => id,
-            Err(SendError::AtCapacity) => {
-                owned.waiting.push_front(call.detached());
-                return None;
-            }
             Err(e) => {
                 let status = match e {
                     SendError::GoingAway => Status::unavailable(format!(
@@ -212,10 +181,9 @@ impl Conn {
     }
 
     /// What the core's timers did by `now` (PROTOCOL.md §12.2, §13, §15.2), told to the
-    /// calls' callers and handlers; calls still waiting to be opened fail at their deadline
-    /// here.
+    /// calls' callers and handlers.
     pub(super) fn on_timeout(&self, owned: &mut Owned, now: Instant) -> Option<Delivery> {
-        let mut ended = expire_waiting(owned, now);
+        let mut ended = Vec::new();
         for expiry in owned.core.handle_timeout(now) {
             match expiry {
                 Expiry::Deadline { call, user } => {
@@ -249,22 +217,4 @@ impl Conn {
         }
         (!ended.is_empty()).then_some(Delivery::Batch(ended))
     }
-}
-
-/// Client: the calls still waiting to be opened whose deadline passed by `now`.
-pub(super) fn expire_waiting(owned: &mut Owned, now: Instant) -> Vec<Delivery> {
-    if owned.waiting.is_empty() {
-        return Vec::new();
-    }
-    let (late, waiting) = std::mem::take(&mut owned.waiting)
-        .into_iter()
-        .partition::<std::collections::VecDeque<_>, _>(|w| w.deadline.is_some_and(|d| d <= now));
-    owned.waiting = waiting;
-    late.into_iter()
-        .map(|w| {
-            w.caller.fail(Status::deadline_exceeded(
-                "the deadline passed while the call waited to be sent",
-            ))
-        })
-        .collect()
 }

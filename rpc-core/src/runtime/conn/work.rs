@@ -55,14 +55,6 @@ impl Caller {
         }
     }
 
-    pub(super) fn same(&self, other: &Caller) -> bool {
-        match (self, other) {
-            (Caller::Unary(a), Caller::Unary(b)) => Arc::ptr_eq(a, b),
-            (Caller::Stream(a), Caller::Stream(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-
     pub(super) fn fail(self, status: Status) -> Delivery {
         match self {
             Caller::Unary(cell) => Delivery::Complete {
@@ -86,17 +78,6 @@ pub(crate) struct OpenCall {
     pub(crate) deadline: Option<Instant>,
     pub(crate) headers: Option<Vec<u8>>,
     pub(crate) message: Option<Outgoing<SendBuf>>,
-}
-
-impl OpenCall {
-    /// The same call with its message copied out of its send slot: a call waiting to be
-    /// opened must not hold slots (see the core's `send`).
-    pub(super) fn detached(self) -> OpenCall {
-        OpenCall {
-            message: self.message.map(Outgoing::detached),
-            ..self
-        }
-    }
 }
 
 /// Work for the owner of a connection's state.
