@@ -244,6 +244,14 @@ struct Call<C, P> {
     cancel: Option<Code>,
     /// When the call ends with DEADLINE_EXCEEDED (see [`Connection::set_deadline`]).
     deadline: Option<Instant>,
+    /// Server: the call's method takes exactly one request message (see
+    /// [`Connection::set_one_request`]).
+    one_request: bool,
+    /// Server, one-request call: its message, held until the half-close (bytes and their
+    /// reservation), and the opening the application was not told of yet (method and
+    /// timeout of an opening MESSAGE without END).
+    request: Option<(Vec<u8>, Option<Box<Reservation>>)>,
+    announce: Option<(u32, u32)>,
     /// Client: opened beyond the server's `max_calls` and waiting for a call to end; its
     /// frames are queued and none leaves until then (see [`Connection::queue_beyond_max_calls`]).
     waiting: bool,
@@ -273,6 +281,9 @@ impl<C, P> Call<C, P> {
             window_queued: false,
             cancel: None,
             deadline: None,
+            one_request: false,
+            request: None,
+            announce: None,
             waiting: false,
             partial: None,
             held: Reservation::default(),
@@ -289,6 +300,15 @@ impl<C, P> Call<C, P> {
             Some(q) => q.sent > 0 || q.header.kind != Kind::Message || self.send_window > 0,
             None => false,
         }
+    }
+}
+
+/// Which methods take exactly one request message ([`Connection::set_one_request`]).
+struct OneRequest(Box<dyn Fn(u32) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for OneRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OneRequest")
     }
 }
 
@@ -321,6 +341,11 @@ pub struct Connection<C, P> {
     goodbye_received: Option<u64>,
     /// Client: open beyond the server's `max_calls` instead of refusing (AtCapacity).
     queue_calls: bool,
+    /// Server: which methods take exactly one request message.
+    one_request: Option<OneRequest>,
+    /// The call the last frame opened, with its `timeout_us` (for
+    /// [`Connection::handle_frame`]'s deadline).
+    opened_now: Option<(u64, u32)>,
     /// Client: calls waiting for the server's `max_calls`, oldest first (ids of calls that
     /// ended meanwhile are skipped). Bounded by what the application opened and has not given
     /// up: the peer cannot add to it.
@@ -368,6 +393,8 @@ where
             goodbye_sent: None,
             goodbye_received: None,
             queue_calls: false,
+            one_request: None,
+            opened_now: None,
             waiting: VecDeque::new(),
             memory: ConnectionMemory::unlimited(),
             timers: Timers::default(),
@@ -428,6 +455,14 @@ where
             .get(&call)
             .filter(|c| c.state == State::Open)
             .and_then(|c| c.user.as_ref())
+    }
+
+    /// Takes the call's data out (the call stays open, without data until set again).
+    pub fn take_user(&mut self, call: u64) -> Option<C> {
+        self.calls
+            .get_mut(&call)
+            .filter(|c| c.state == State::Open)
+            .and_then(|c| c.user.take())
     }
 
     /// Sets the call's data (a server sets it after [`Event::Opened`] or an opening
@@ -739,10 +774,9 @@ where
         }
         self.highest_call = h.call_id;
         self.counted_calls += 1;
-        self.calls.insert(
-            h.call_id,
-            Call::new(None, self.peer.call_window, self.local.call_window),
-        );
+        let mut call = Call::new(None, self.peer.call_window, self.local.call_window);
+        call.one_request = self.one_request.as_ref().is_some_and(|f| (f.0)(h.code));
+        self.calls.insert(h.call_id, call);
         if let Some(last) = self.goodbye_sent {
             if h.call_id > last {
                 // Not processed: the client may retry it elsewhere.
@@ -793,6 +827,10 @@ where
             }
         }
         let opening = h.has(flags::OPEN);
+        if opening && self.role == Role::Server {
+            // The opening frame is complete: the call's deadline runs from now.
+            self.opened_now = Some((call_id, h.timeout_us));
+        }
         match (h.kind, self.role) {
             (Kind::Headers, Role::Server) => Ok(Event::Opened {
                 call: call_id,
@@ -806,6 +844,52 @@ where
                     call: call_id,
                     headers: whole,
                 })
+            }
+            (Kind::Message, Role::Server) if call.one_request => {
+                let end = h.has(flags::END);
+                if std::mem::replace(&mut call.message_received, true) {
+                    let status = WireStatus::new(
+                        Code::Internal,
+                        "a unary call got more than one request message",
+                    );
+                    return Ok(self.refuse(call_id, status));
+                }
+                if end {
+                    call.recv_open = false;
+                    return Ok(Event::Message {
+                        call: call_id,
+                        opened: opening.then_some((h.code, h.timeout_us)),
+                        body: whole,
+                        end,
+                        ended: None,
+                        held,
+                    });
+                }
+                // Held until the half-close: the application gets the request whole, once.
+                let held = match held {
+                    Some(held) => Some(held),
+                    None => match self
+                        .memory
+                        .reserve(Self::message_cost(whole.len()) as usize)
+                    {
+                        Some(r) => Some(Box::new(r)),
+                        None => {
+                            let status = WireStatus::new(
+                                Code::ResourceExhausted,
+                                format!(
+                                    "a message of {} bytes does not fit in the memory left \
+                                     for this connection",
+                                    whole.len()
+                                ),
+                            );
+                            return Ok(self.refuse(call_id, status));
+                        }
+                    },
+                };
+                let call = self.calls.get_mut(&call_id).expect("open call");
+                call.request = Some((whole.into_owned(), held));
+                call.announce = opening.then_some((h.code, h.timeout_us));
+                Ok(Event::None)
             }
             (Kind::Message, role) => {
                 call.message_received = true;
@@ -828,7 +912,26 @@ where
             }
             (Kind::End, Role::Server) => {
                 call.recv_open = false;
-                Ok(Event::HalfClosed { call: call_id })
+                if !call.one_request {
+                    return Ok(Event::HalfClosed { call: call_id });
+                }
+                match call.request.take() {
+                    Some((body, held)) => Ok(Event::Message {
+                        call: call_id,
+                        opened: call.announce.take(),
+                        body: Cow::Owned(body),
+                        end: true,
+                        ended: None,
+                        held,
+                    }),
+                    None => {
+                        let status = WireStatus::new(
+                            Code::Internal,
+                            "a unary call ended without a request message",
+                        );
+                        Ok(self.refuse(call_id, status))
+                    }
+                }
             }
             (Kind::End, Role::Client) => {
                 let user = self.close_call(call_id);
@@ -916,22 +1019,16 @@ where
     }
 
     /// [`Connection::on_frame`], and a server watches the deadline of a call the frame opened
-    /// with a timeout: `now` (called only then) tells the frame's receipt.
+    /// with a timeout (from the receipt of its opening frame, even when the application hears
+    /// of the call only later): `now` (called only then) tells the frame's receipt.
     pub fn handle_frame<'f>(
         &mut self,
         frame: &'f [u8],
         now: impl FnOnce() -> Instant,
     ) -> Result<Event<'f, C>, Error> {
+        self.opened_now = None;
         let event = self.on_frame(frame)?;
-        if let Event::Opened {
-            call, timeout_us, ..
-        }
-        | Event::Message {
-            call,
-            opened: Some((_, timeout_us)),
-            ..
-        } = event
-        {
+        if let Some((call, timeout_us)) = self.opened_now.take() {
             if timeout_us != 0 {
                 let deadline = now() + Duration::from_micros(u64::from(timeout_us));
                 self.set_deadline(call, deadline);
@@ -1101,6 +1198,16 @@ where
     }
 
     // ----- sending -----------------------------------------------------------------------
+
+    /// Server: `takes_one(method)` says whether a method takes exactly one request message
+    /// (unary and server-streaming methods; PROTOCOL.md §16.1). For such a call the core
+    /// holds a message that comes without END until the half-close and reports it then, with
+    /// END, as one [`Event::Message`] (opening the call if it did); a second message, or a
+    /// half-close without one, ends the call with INTERNAL ([`Event::Refused`] if its data
+    /// was set). Without it (the default) every message is reported as it comes.
+    pub fn set_one_request(&mut self, takes_one: impl Fn(u32) -> bool + Send + Sync + 'static) {
+        self.one_request = Some(OneRequest(Box::new(takes_one)));
+    }
 
     /// Client: whether [`Connection::open_call`] beyond the server's `max_calls` opens a call
     /// that waits (`true`) or refuses with [`SendError::AtCapacity`] (`false`, the default).

@@ -14,6 +14,17 @@ pub enum MethodKind {
     BidiStreaming,
 }
 
+impl MethodKind {
+    /// Whether the method's requests are a stream (its handler starts as the call opens);
+    /// otherwise it takes exactly one request message.
+    pub(crate) fn receives_stream(self) -> bool {
+        matches!(
+            self,
+            MethodKind::ClientStreaming | MethodKind::BidiStreaming
+        )
+    }
+}
+
 /// Static description of one RPC method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MethodDescriptor {

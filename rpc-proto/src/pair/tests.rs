@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{Pair, Seen};
 use crate::conn::tests::{hello, out};
-use crate::{flags, Code, Keepalive, Kind, Role, SendError};
+use crate::{flags, metadata, Code, Keepalive, Kind, Role, SendError};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -453,4 +453,96 @@ fn goodbye_gives_back_the_waiting_calls_too() {
         vec![Seen::Goodbye(running[max as usize - 1], vec![waiting])]
     );
     assert_eq!(pair.client.core.waiting_calls(), 0);
+}
+
+/// A server core that takes one request message for every method but 9.
+fn one_request_pair() -> Pair {
+    let mut pair = Pair::new();
+    pair.server.core.set_one_request(|method| method != 9);
+    pair
+}
+
+#[test]
+fn a_one_request_call_split_from_its_end_reaches_the_server_whole_at_the_half_close() {
+    let mut pair = one_request_pair();
+    let call = pair.client.core.open_call(1).unwrap();
+    let request = out(&pair.client.core, Kind::Message, 0, 0, b"question");
+    pair.send(Role::Client, call, request, 7, 250_000);
+    pair.drive();
+    assert!(
+        pair.server.take_seen().is_empty(),
+        "held until the half-close"
+    );
+    assert_eq!(
+        pair.server.core.deadline(call),
+        Some(pair.now + 250 * MS),
+        "the deadline runs from the opening frame"
+    );
+    pair.now += 100 * MS;
+    let end = out(&pair.client.core, Kind::End, 0, 0, b"");
+    pair.send(Role::Client, call, end, 0, 0);
+    pair.drive();
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![Seen::Message(call, b"question".to_vec(), true, None)]
+    );
+    assert_eq!(pair.server.core.deadline(call), Some(pair.now + 150 * MS));
+    pair.reply(call, b"answer");
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Message(call, b"answer".to_vec(), true, Some(1))]
+    );
+}
+
+#[test]
+fn a_one_request_call_with_two_messages_or_none_ends_internal() {
+    let mut pair = one_request_pair();
+    let two = pair.client.core.open_call(1).unwrap();
+    for body in [&b"one"[..], b"two"] {
+        let m = out(&pair.client.core, Kind::Message, 0, 0, body);
+        pair.send(Role::Client, two, m, 7, 0);
+    }
+    let none = pair.client.core.open_call(2).unwrap();
+    let mut headers = Vec::new();
+    metadata::push_entry(&mut headers, "x-k", b"v");
+    let h = out(&pair.client.core, Kind::Headers, 0, 0, &headers);
+    pair.send(Role::Client, none, h, 7, 0);
+    let end = out(&pair.client.core, Kind::End, 0, 0, b"");
+    pair.send(Role::Client, none, end, 0, 0);
+    pair.drive();
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![
+            Seen::Opened(none),
+            Seen::Refused(none, Code::Internal, none as u32)
+        ],
+        "a call whose data was set is given back"
+    );
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![
+            Seen::Ended(two, Code::Internal, 1),
+            Seen::Ended(none, Code::Internal, 2)
+        ]
+    );
+    assert_eq!(pair.server.core.open_calls(), 0);
+}
+
+#[test]
+fn a_streaming_method_gets_its_messages_as_they_come() {
+    let mut pair = one_request_pair();
+    let call = pair.client.core.open_call(1).unwrap();
+    for body in [&b"a"[..], b"b"] {
+        let m = out(&pair.client.core, Kind::Message, 0, 0, body);
+        pair.send(Role::Client, call, m, 9, 0);
+    }
+    pair.drive();
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![
+            Seen::Message(call, b"a".to_vec(), false, None),
+            Seen::Message(call, b"b".to_vec(), false, None)
+        ]
+    );
 }

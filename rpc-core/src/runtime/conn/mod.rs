@@ -14,12 +14,12 @@ mod work;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use foldhash::{HashMap, HashMapExt};
 use rpc_sync::{assert_unlocked, Flag, Serializer};
 
-pub(crate) use self::work::{CallRef, Caller, Delivery, OpenCall, Work};
+pub(crate) use self::work::{Awaiting, CallRef, Caller, Delivery, OpenCall, Work};
 use super::call::{Encode, Payload, SlotRelease};
 use super::held_sends;
 use super::port::{Dispatch, Port};
@@ -29,24 +29,10 @@ use crate::protocol::v2::{
     flags, Connection, ConnectionMemory, Hello, Keepalive, Kind, Outgoing, Payload as Body, Role,
     SendError, HEADER_LEN,
 };
-use crate::runtime::service::MethodKind;
 use crate::transport::{Link, SendBuf};
 use crate::{MetadataMap, Status};
 
 type Core = Connection<CallRef, SendBuf>;
-
-/// Server: a call of a unary-request method (unary, server streaming) waiting for its
-/// half-close (PROTOCOL.md §16.1: exactly one request message; a second one, or none, is
-/// answered INTERNAL).
-struct Awaiting {
-    method: u32,
-    /// The method's kind (unary or server streaming), looked up when the call opened.
-    kind: MethodKind,
-    deadline: Option<Instant>,
-    headers: MetadataMap,
-    /// The request message, once it arrived without the half-close.
-    message: Option<Payload>,
-}
 
 /// Client, unary: what arrived before the call's END (a server that sends headers or
 /// trailers answers HEADERS, MESSAGE, END instead of one MESSAGE with END).
@@ -59,10 +45,6 @@ struct PartialReply {
 /// The state one thread at a time works on.
 pub(crate) struct Owned {
     core: Core,
-    /// Server: unary-request calls opened but not yet half-closed. Bounded by `max_calls`,
-    /// and each held message by `max_message_size` (a client's half-close normally comes
-    /// with its message, which is then served at once and never held).
-    awaiting_message: HashMap<u64, Awaiting>,
     /// Client: unary calls whose headers or message came before their END. Bounded by
     /// `max_calls`, each message by `max_message_size`.
     replies: HashMap<u64, PartialReply>,
@@ -77,9 +59,6 @@ impl Owned {
     /// its half-close, a unary reply waiting for its END): the call ended.
     fn forget(&mut self, call: u64) {
         // Both are empty unless a peer split a unary message from its END: no hashing then.
-        if !self.awaiting_message.is_empty() {
-            self.awaiting_message.remove(&call);
-        }
         if !self.replies.is_empty() {
             self.replies.remove(&call);
         }
@@ -132,6 +111,16 @@ impl Conn {
         core.set_stall_timeout(stall_timeout);
         // Calls beyond the server's `max_calls` wait in the core, in order (a client's only).
         core.queue_beyond_max_calls(role == Role::Client);
+        // The core holds a unary-request call's message until its half-close, and ends the
+        // call INTERNAL if a second comes or none (PROTOCOL.md §16.1).
+        if let Some(dispatch) = &dispatch {
+            let dispatch = Arc::clone(dispatch);
+            core.set_one_request(move |method| {
+                dispatch
+                    .kind(method)
+                    .is_some_and(|kind| !kind.receives_stream())
+            });
+        }
         Arc::new_cyclic(|me| Conn {
             me: me.clone(),
             peer: link.peer_name().into(),
@@ -144,7 +133,6 @@ impl Conn {
             link,
             state: Serializer::new(Owned {
                 core,
-                awaiting_message: HashMap::new(),
                 replies: HashMap::new(),
                 blocked: Vec::new(),
                 closed: false,
@@ -395,7 +383,6 @@ impl Conn {
             .filter_map(|(_, user)| call_ended(user, status.clone()))
             .collect();
         failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
-        owned.awaiting_message.clear();
         owned.replies.clear();
         Delivery::Batch(failed)
     }
@@ -484,7 +471,7 @@ fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
             end: Err(status),
         }),
         CallRef::Served(Some(task)) => Some(Delivery::CancelTask(task)),
-        CallRef::Served(None) => None,
+        CallRef::Served(None) | CallRef::Awaiting(_) => None,
     }
 }
 

@@ -56,40 +56,32 @@ impl Conn {
                         self.unknown_method(owned, call, method);
                         None
                     }
-                    Some(kind) if receives_stream(kind) => {
+                    Some(kind) if kind.receives_stream() => {
                         Some(self.serve_stream(owned, call, method, deadline, metadata))
                     }
                     Some(kind) => {
-                        owned.awaiting_message.insert(
-                            call,
-                            Awaiting {
-                                method,
-                                kind,
-                                deadline,
-                                headers: metadata,
-                                message: None,
-                            },
-                        );
+                        // Its one message comes later, whole (the core holds it until the
+                        // half-close): what the handler will need waits with the call.
+                        let awaiting = Awaiting {
+                            method,
+                            kind,
+                            deadline,
+                            headers: metadata,
+                        };
+                        owned
+                            .core
+                            .set_user(call, CallRef::Awaiting(Box::new(awaiting)));
                         None
                     }
                 }
             }
             Event::HalfClosed { call } => {
                 drop(buf);
-                match owned.awaiting_message.remove(&call) {
-                    Some(mut awaiting) => match awaiting.message.take() {
-                        Some(payload) => Some(self.serve(owned, call, awaiting, payload)),
-                        None => {
-                            let status =
-                                Status::internal("a unary call ended without a request message");
-                            self.end_call(owned, call, &status);
-                            None
-                        }
-                    },
-                    None => match owned.core.user(call) {
-                        Some(CallRef::Stream(s)) => Some(Delivery::HalfClosed(Arc::clone(s))),
-                        _ => None,
-                    },
+                // Only streams hear of a half-close: a one-request call's comes with its
+                // message (or ends it INTERNAL), in the core.
+                match owned.core.user(call) {
+                    Some(CallRef::Stream(s)) => Some(Delivery::HalfClosed(Arc::clone(s))),
+                    _ => None,
                 }
             }
             Event::Headers { call, headers } => {
@@ -145,7 +137,7 @@ impl Conn {
                         };
                         Some(Delivery::End { stream, end })
                     }
-                    CallRef::Served(_) => None,
+                    CallRef::Served(_) | CallRef::Awaiting(_) => None,
                 }
             }
             Event::Cancelled {
@@ -245,7 +237,7 @@ impl Conn {
                     },
                 ]))
             }
-            Some(CallRef::Served(_)) => None,
+            Some(CallRef::Served(_) | CallRef::Awaiting(_)) => None,
             None => match owned.core.user(call) {
                 Some(CallRef::Stream(s)) => {
                     let stream = Arc::clone(s);
@@ -293,7 +285,7 @@ impl Conn {
         buf: RecvBuf,
         end: bool,
     ) -> Option<Delivery> {
-        let mut awaiting = match opened {
+        let awaiting = match opened {
             Some((method, _)) => {
                 let deadline = self.served_deadline(owned, call);
                 match self.method_kind(method) {
@@ -302,7 +294,7 @@ impl Conn {
                         self.unknown_method(owned, call, method);
                         return None;
                     }
-                    Some(kind) if receives_stream(kind) => {
+                    Some(kind) if kind.receives_stream() => {
                         let message = body.copy_out(&buf, owned.core.memory());
                         drop(buf);
                         let message = match message {
@@ -333,16 +325,17 @@ impl Conn {
                         kind,
                         deadline,
                         headers: MetadataMap::new(),
-                        message: None,
                     },
                 }
             }
-            None => match owned.awaiting_message.remove(&call) {
-                Some(awaiting) => awaiting,
-                None => {
-                    let Some(CallRef::Stream(s)) = owned.core.user(call) else {
+            None => match owned.core.user(call) {
+                Some(CallRef::Awaiting(_)) => {
+                    let Some(CallRef::Awaiting(awaiting)) = owned.core.take_user(call) else {
                         return None;
                     };
+                    *awaiting
+                }
+                Some(CallRef::Stream(s)) => {
                     let stream = Arc::clone(s);
                     let message = body.copy_out(&buf, owned.core.memory());
                     drop(buf);
@@ -359,24 +352,18 @@ impl Conn {
                     }
                     return Some(Delivery::Batch(vec![push, Delivery::HalfClosed(stream)]));
                 }
+                _ => return None,
             },
         };
-        let payload = body.into_payload(buf, self);
-        if awaiting.message.is_some() {
-            let status = Status::internal("a unary call got more than one request message");
+        if !end {
+            // The core holds a one-request call's message until its half-close
+            // (`Connection::set_one_request`): this is a core without the rule.
+            drop(buf);
+            let status = Status::internal("a unary call's message came without its end");
             self.end_call(owned, call, &status);
             return None;
         }
-        if !end {
-            // Served at the half-close, unless a second message comes first. Copied out: a
-            // held message must not keep a slot (and its credit) from the peer.
-            match payload.detach_within(owned.core.memory()) {
-                Ok(payload) => awaiting.message = Some(payload),
-                Err(status) => return self.refuse(owned, call, status),
-            }
-            owned.awaiting_message.insert(call, awaiting);
-            return None;
-        }
+        let payload = body.into_payload(buf, self);
         Some(self.serve(owned, call, awaiting, payload))
     }
 
@@ -433,7 +420,6 @@ impl Conn {
             kind,
             deadline,
             headers: metadata,
-            message: _,
         } = request;
         let stream = match kind {
             MethodKind::ServerStreaming => {
@@ -480,14 +466,6 @@ impl Conn {
             stream: Some(stream),
         })
     }
-}
-
-/// Whether a method's requests arrive as a stream (the handler starts at once).
-pub(super) fn receives_stream(kind: MethodKind) -> bool {
-    matches!(
-        kind,
-        MethodKind::ClientStreaming | MethodKind::BidiStreaming
-    )
 }
 
 /// The status of a server's END: its code, `grpc-message`, `grpc-status-details-bin`, and

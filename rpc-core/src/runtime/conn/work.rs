@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::runtime::service::MethodKind;
+
 use rpc_sync::Wake;
 
 use super::super::call::{CallCell, Reply, RequestDelivery};
@@ -22,6 +24,20 @@ pub(crate) enum CallRef {
     Served(Option<Arc<dyn Cancel>>),
     /// Either side: a streaming call.
     Stream(Arc<StreamShared>),
+    /// Server: a one-request call opened by its headers, its message still to come.
+    Awaiting(Box<Awaiting>),
+}
+
+/// Server: a call of a unary-request method (unary, server streaming) waiting for its
+/// half-close (PROTOCOL.md §16.1: exactly one request message; a second one, or none, is
+/// answered INTERNAL).
+#[derive(Clone)]
+pub(crate) struct Awaiting {
+    pub(super) method: u32,
+    /// The method's kind (unary or server streaming), looked up when the call opened.
+    pub(super) kind: MethodKind,
+    pub(super) deadline: Option<Instant>,
+    pub(super) headers: MetadataMap,
 }
 
 /// Client: who waits for a call's outcome.
