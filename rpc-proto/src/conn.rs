@@ -101,6 +101,9 @@ pub enum Event<'f, C> {
         trailers: Cow<'f, [u8]>,
         /// The call's data.
         user: C,
+        /// Client, one-response call ([`Connection::expect_one_response`]): what came
+        /// before the END, held until it (response headers, the message).
+        reply: Option<Box<HeldReply>>,
     },
     /// The peer cancelled a call.
     Cancelled {
@@ -135,6 +138,18 @@ pub enum Event<'f, C> {
         /// The value the PING carried.
         data: u64,
     },
+}
+
+/// What a client's core held of a one-response call's reply until its END
+/// ([`Connection::expect_one_response`]).
+#[derive(Debug, Default)]
+pub struct HeldReply {
+    /// The response headers block (validated; empty without a HEADERS frame).
+    pub headers: Vec<u8>,
+    /// The response message, if one came.
+    pub body: Option<Vec<u8>>,
+    /// The message's bytes, reserved from the connection's memory (§15) while held.
+    pub held: Option<Box<Reservation>>,
 }
 
 /// An outgoing frame handed to [`Connection::send`].
@@ -252,6 +267,9 @@ struct Call<C, P> {
     /// timeout of an opening MESSAGE without END).
     request: Option<(Vec<u8>, Option<Box<Reservation>>)>,
     announce: Option<(u32, u32)>,
+    /// Client: a unary call: its response headers and message are held until its END.
+    one_response: bool,
+    response: Option<Box<HeldReply>>,
     /// Client: opened beyond the server's `max_calls` and waiting for a call to end; its
     /// frames are queued and none leaves until then (see [`Connection::queue_beyond_max_calls`]).
     waiting: bool,
@@ -283,6 +301,8 @@ impl<C, P> Call<C, P> {
             deadline: None,
             one_request: false,
             request: None,
+            one_response: false,
+            response: None,
             announce: None,
             waiting: false,
             partial: None,
@@ -838,6 +858,81 @@ where
                 timeout_us: h.timeout_us,
                 headers: whole,
             }),
+            (Kind::Headers, Role::Client) if call.one_response => {
+                call.headers_received = true;
+                call.response.get_or_insert_with(Box::default).headers = whole.into_owned();
+                Ok(Event::None)
+            }
+            (Kind::Message, Role::Client) if call.one_response => {
+                let end = h.has(flags::END);
+                let second = call.response.as_ref().is_some_and(|r| r.body.is_some());
+                if second {
+                    let user = self.cancel(call_id, Code::Internal);
+                    return Ok(match user {
+                        Some(user) => Event::Refused {
+                            call: call_id,
+                            status: WireStatus::new(
+                                Code::Internal,
+                                "a unary call got more than one response",
+                            ),
+                            user,
+                        },
+                        None => Event::None,
+                    });
+                }
+                call.message_received = true;
+                if end && call.response.is_none() {
+                    // The usual reply: one MESSAGE with END, read in place.
+                    let ended = self.close_call(call_id);
+                    return Ok(Event::Message {
+                        call: call_id,
+                        opened: None,
+                        body: whole,
+                        end,
+                        ended,
+                        held,
+                    });
+                }
+                let held = match held {
+                    Some(held) => Some(held),
+                    None => match self
+                        .memory
+                        .reserve(Self::message_cost(whole.len()) as usize)
+                    {
+                        Some(r) => Some(Box::new(r)),
+                        None => {
+                            let status = WireStatus::new(
+                                Code::ResourceExhausted,
+                                format!(
+                                    "a message of {} bytes does not fit in the memory left \
+                                     for this connection",
+                                    whole.len()
+                                ),
+                            );
+                            return Ok(self.refuse(call_id, status));
+                        }
+                    },
+                };
+                let call = self.calls.get_mut(&call_id).expect("open call");
+                let reply = call.response.get_or_insert_with(Box::default);
+                reply.body = Some(whole.into_owned());
+                reply.held = held;
+                if !end {
+                    return Ok(Event::None);
+                }
+                // Headers, then the message with END: the call ended OK, without trailers.
+                let reply = call.response.take();
+                Ok(match self.close_call(call_id) {
+                    Some(user) => Event::Ended {
+                        call: call_id,
+                        code: Code::Ok,
+                        trailers: Cow::Borrowed(&[]),
+                        user,
+                        reply,
+                    },
+                    None => Event::None,
+                })
+            }
             (Kind::Headers, Role::Client) => {
                 call.headers_received = true;
                 Ok(Event::Headers {
@@ -934,6 +1029,7 @@ where
                 }
             }
             (Kind::End, Role::Client) => {
+                let reply = call.response.take();
                 let user = self.close_call(call_id);
                 Ok(match user {
                     Some(user) => Event::Ended {
@@ -941,6 +1037,7 @@ where
                         code: Code::from_u32(h.code),
                         trailers: whole,
                         user,
+                        reply,
                     },
                     None => Event::None,
                 })
@@ -1207,6 +1304,16 @@ where
     /// was set). Without it (the default) every message is reported as it comes.
     pub fn set_one_request(&mut self, takes_one: impl Fn(u32) -> bool + Send + Sync + 'static) {
         self.one_request = Some(OneRequest(Box::new(takes_one)));
+    }
+
+    /// Client: `call` is unary: the core holds its response headers and a message without
+    /// END until the call's END, and reports them with it ([`Event::Ended`]'s `reply`); a
+    /// reply that is one MESSAGE with END is reported as it comes, in place. A second message
+    /// cancels the call INTERNAL ([`Event::Refused`]).
+    pub fn expect_one_response(&mut self, call: u64) {
+        if let Some(c) = self.calls.get_mut(&call) {
+            c.one_response = true;
+        }
     }
 
     /// Client: whether [`Connection::open_call`] beyond the server's `max_calls` opens a call

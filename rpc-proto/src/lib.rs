@@ -70,8 +70,8 @@ pub mod fuzz;
 
 pub use code::Code;
 pub use conn::{
-    status_block, Connection, Event, Expiry, Keepalive, Outgoing, Payload, Role, SendError,
-    CALL_RECORD,
+    status_block, Connection, Event, Expiry, HeldReply, Keepalive, Outgoing, Payload, Role,
+    SendError, CALL_RECORD,
 };
 pub use error::Error;
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};

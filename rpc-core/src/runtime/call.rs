@@ -9,7 +9,7 @@ use std::time::Instant;
 use rpc_sync::{assert_unlocked, Flag, Oneshot, Published};
 
 use super::stream::{Received, StreamShared};
-use crate::protocol::v2::{Connection, ConnectionMemory, Reservation};
+use crate::protocol::v2::Reservation;
 use crate::transport::RecvBuf;
 use crate::{MetadataMap, Status};
 
@@ -126,26 +126,6 @@ impl Payload {
             }
         }
         self
-    }
-
-    /// [`Payload::detach`] for a body held on behalf of the peer (a message waiting for its
-    /// call's end): the copy is counted against `memory`; `Err` with RESOURCE_EXHAUSTED (the
-    /// slot released) when it does not fit.
-    pub(crate) fn detach_within(self, memory: &ConnectionMemory) -> Result<Payload, Status> {
-        if !matches!(self.data, PayloadData::Slot { .. }) {
-            return Ok(self);
-        }
-        let held = memory.reserve(Connection::<(), Vec<u8>>::message_cost(self.len()) as usize);
-        match held {
-            Some(held) => {
-                let mut detached = self.detach();
-                if let PayloadData::Owned(_, slot) = &mut detached.data {
-                    *slot = Some(Box::new(held));
-                }
-                Ok(detached)
-            }
-            None => Err(out_of_memory(self.len())),
-        }
     }
 
     /// The body as a stream item: reassembled bytes keep their reservation; a body still in

@@ -74,6 +74,7 @@ fn own(e: Event<'_, u32>) -> Ev {
             code,
             trailers,
             user,
+            ..
         } => Ev::Ended(call, code, block(&trailers), user),
         Event::Cancelled { call, reason, user } => Ev::Cancelled(call, reason, user),
         Event::Refused { call, status, user } => Ev::Refused(call, status.code(), user),

@@ -546,3 +546,53 @@ fn a_streaming_method_gets_its_messages_as_they_come() {
         ]
     );
 }
+
+#[test]
+fn a_unary_reply_with_headers_and_trailers_reaches_the_client_whole_at_its_end() {
+    let mut pair = Pair::new();
+    let call = pair.call(4, b"q", None);
+    pair.client.core.expect_one_response(call);
+    pair.drive();
+    pair.server.take_seen();
+    let mut headers = Vec::new();
+    metadata::push_entry(&mut headers, "x-h", b"1");
+    let h = out(&pair.server.core, Kind::Headers, 0, 0, &headers);
+    pair.send(Role::Server, call, h, 0, 0);
+    let m = out(&pair.server.core, Kind::Message, 0, 0, b"answer");
+    pair.send(Role::Server, call, m, 0, 0);
+    pair.drive();
+    assert!(pair.client.take_seen().is_empty(), "held until the END");
+    pair.server
+        .core
+        .end_call(
+            call,
+            &crate::WireStatus::new(Code::Ok, ""),
+            &[("x-t", b"2")],
+        )
+        .unwrap();
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Ended(call, Code::Ok, 4)]
+    );
+    assert_eq!(pair.client.core.open_calls(), 0);
+    pair.credits_conserved().unwrap();
+}
+
+#[test]
+fn a_unary_call_with_two_responses_is_cancelled_internal() {
+    let mut pair = Pair::new();
+    let call = pair.call(4, b"q", None);
+    pair.client.core.expect_one_response(call);
+    pair.drive();
+    for body in [&b"one"[..], b"two"] {
+        let m = out(&pair.server.core, Kind::Message, 0, 0, body);
+        pair.send(Role::Server, call, m, 0, 0);
+    }
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![Seen::Refused(call, Code::Internal, 4)]
+    );
+    assert_eq!(pair.client.sent.last(), Some(&Kind::Cancel));
+}

@@ -16,11 +16,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use foldhash::{HashMap, HashMapExt};
 use rpc_sync::{assert_unlocked, Flag, Serializer};
 
 pub(crate) use self::work::{Awaiting, CallRef, Caller, Delivery, OpenCall, Work};
-use super::call::{Encode, Payload, SlotRelease};
+use super::call::{Encode, SlotRelease};
 use super::held_sends;
 use super::port::{Dispatch, Port};
 use super::stream::StreamShared;
@@ -30,39 +29,17 @@ use crate::protocol::v2::{
     SendError, HEADER_LEN,
 };
 use crate::transport::{Link, SendBuf};
-use crate::{MetadataMap, Status};
+use crate::Status;
 
 type Core = Connection<CallRef, SendBuf>;
-
-/// Client, unary: what arrived before the call's END (a server that sends headers or
-/// trailers answers HEADERS, MESSAGE, END instead of one MESSAGE with END).
-#[derive(Default)]
-struct PartialReply {
-    headers: MetadataMap,
-    message: Option<Payload>,
-}
 
 /// The state one thread at a time works on.
 pub(crate) struct Owned {
     core: Core,
-    /// Client: unary calls whose headers or message came before their END. Bounded by
-    /// `max_calls`, each message by `max_message_size`.
-    replies: HashMap<u64, PartialReply>,
     /// Streams whose last message is queued in the core: their sender waits until it left.
     /// Bounded by `max_calls`.
     blocked: Vec<Arc<StreamShared>>,
     closed: bool,
-}
-
-impl Owned {
-    /// Drops what the runtime keeps of a call beside the core (a unary request waiting for
-    /// its half-close, a unary reply waiting for its END): the call ended.
-    fn forget(&mut self, call: u64) {
-        // Both are empty unless a peer split a unary message from its END: no hashing then.
-        if !self.replies.is_empty() {
-            self.replies.remove(&call);
-        }
-    }
 }
 
 /// A link and its protocol state.
@@ -133,7 +110,6 @@ impl Conn {
             link,
             state: Serializer::new(Owned {
                 core,
-                replies: HashMap::new(),
                 blocked: Vec::new(),
                 closed: false,
             }),
@@ -383,7 +359,6 @@ impl Conn {
             .filter_map(|(_, user)| call_ended(user, status.clone()))
             .collect();
         failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
-        owned.replies.clear();
         Delivery::Batch(failed)
     }
 

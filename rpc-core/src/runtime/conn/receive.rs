@@ -8,8 +8,10 @@ use super::super::call::{
     out_of_memory, Payload, Reply, RequestBody, RequestDelivery, SlotRelease,
 };
 use super::super::stream::{Incoming, Received, StreamShared};
-use super::{call_ended, Awaiting, CallRef, Conn, Delivery, Owned, PartialReply};
-use crate::protocol::v2::{metadata, Connection, ConnectionMemory, Event, Reservation, Role};
+use super::{call_ended, Awaiting, CallRef, Conn, Delivery, Owned};
+use crate::protocol::v2::{
+    metadata, Connection, ConnectionMemory, Event, HeldReply, Reservation, Role,
+};
 use crate::runtime::service::MethodKind;
 use crate::transport::RecvBuf;
 use crate::{Code, MetadataMap, Status};
@@ -92,34 +94,33 @@ impl Conn {
                         stream: Arc::clone(s),
                         item: Incoming::Headers(metadata),
                     }),
-                    Some(CallRef::Waiter(_)) => {
-                        owned.replies.entry(call).or_default().headers = metadata;
-                        None
-                    }
+                    // A unary call's headers wait in the core for its END.
                     _ => None,
                 }
             }
             Event::Ended {
-                call,
                 code,
                 trailers,
                 user,
+                reply,
+                ..
             } => {
                 let status = status_from_trailers(code, &trailers);
                 drop(buf);
-                let partial = owned.replies.remove(&call);
                 match user {
                     CallRef::Waiter(cell) => {
-                        let result = match (code, partial) {
+                        let reply = reply.map(|r| *r);
+                        let result = match (code, reply) {
                             (
                                 Code::Ok,
-                                Some(PartialReply {
+                                Some(HeldReply {
                                     headers,
-                                    message: Some(payload),
+                                    body: Some(body),
+                                    held,
                                 }),
                             ) => Ok(Reply {
-                                payload,
-                                headers,
+                                payload: Payload::reassembled(body, held),
+                                headers: MetadataMap::from_block(&headers),
                                 trailers: status.metadata().clone(),
                             }),
                             (Code::Ok, _) => Err(Status::internal(
@@ -140,11 +141,8 @@ impl Conn {
                     CallRef::Served(_) | CallRef::Awaiting(_) => None,
                 }
             }
-            Event::Cancelled {
-                call, reason, user, ..
-            } => {
+            Event::Cancelled { reason, user, .. } => {
                 drop(buf);
-                owned.forget(call);
                 let (code, message) = match (reason, owned.core.role()) {
                     (Code::Ok, Role::Client) => (Code::Cancelled, "the server cancelled the call"),
                     (code, Role::Client) => (code, "the server cancelled the call"),
@@ -153,9 +151,8 @@ impl Conn {
                 };
                 call_ended(user, Status::new(code, message))
             }
-            Event::Refused { call, status, user } => {
+            Event::Refused { status, user, .. } => {
                 drop(buf);
-                owned.forget(call);
                 call_ended(user, status.into())
             }
             Event::Goodbye {
@@ -170,10 +167,7 @@ impl Conn {
                 ));
                 let failed: Vec<_> = unprocessed
                     .into_iter()
-                    .filter_map(|(id, user)| {
-                        owned.replies.remove(&id);
-                        call_ended(user, status.clone())
-                    })
+                    .filter_map(|(_, user)| call_ended(user, status.clone()))
                     .collect();
                 (!failed.is_empty()).then_some(Delivery::Batch(failed))
             }
@@ -193,22 +187,13 @@ impl Conn {
         match ended {
             // The last message, with END: the call ended with OK.
             Some(CallRef::Waiter(cell)) => {
-                // Headers came first only from a server that sends metadata: no lookup
-                // otherwise.
-                let headers = if owned.replies.is_empty() {
-                    MetadataMap::new()
-                } else {
-                    owned
-                        .replies
-                        .remove(&call)
-                        .map(|p| p.headers)
-                        .unwrap_or_default()
-                };
+                // One MESSAGE with END, and nothing before it (headers would have made the
+                // core hold the reply for an END): read in place.
                 Some(Delivery::Complete {
                     cell,
                     result: Ok(Reply {
                         payload: body.into_payload(buf, self),
-                        headers,
+                        headers: MetadataMap::new(),
                         trailers: MetadataMap::new(),
                     }),
                 })
@@ -251,25 +236,7 @@ impl Conn {
                         Err(status) => self.refuse(owned, call, status),
                     }
                 }
-                Some(CallRef::Waiter(_)) => {
-                    // A unary reply without END waits for the status, copied out of its
-                    // slot so it holds no credit meanwhile.
-                    let payload = match body
-                        .into_payload(buf, self)
-                        .detach_within(owned.core.memory())
-                    {
-                        Ok(payload) => payload,
-                        Err(status) => return self.refuse(owned, call, status),
-                    };
-                    let partial = owned.replies.entry(call).or_default();
-                    if partial.message.replace(payload).is_some() {
-                        owned.replies.remove(&call);
-                        let status = Status::internal("a unary call got more than one response");
-                        let user = owned.core.cancel(call, Code::Internal)?;
-                        return call_ended(user, status);
-                    }
-                    None
-                }
+                // A unary call's message without END waits in the core for the END.
                 _ => None,
             },
         }
@@ -371,7 +338,6 @@ impl Conn {
     /// it with `status`, a client cancels it and fails it with `status`.
     pub(super) fn refuse(&self, owned: &mut Owned, call: u64, status: Status) -> Option<Delivery> {
         tracing::debug!(peer = %self.peer, call, %status, "refusing a call");
-        owned.forget(call);
         let user = owned.core.refuse_call(call, status.as_ref().clone())?;
         call_ended(user, status)
     }

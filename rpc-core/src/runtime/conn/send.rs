@@ -117,7 +117,6 @@ impl Conn {
         // The call was opened before (work is run in the order it was submitted): a call
         // waiting for the server's `max_calls` ends in the core without a frame.
         let id = caller.id();
-        owned.forget(id);
         let user = owned.core.cancel(id, status.code())?;
         call_ended(user, status)
     }
@@ -147,6 +146,11 @@ impl Conn {
             message,
         } = call;
         caller.set_id(id);
+        if let Caller::Unary(_) = caller {
+            // Its reply is one message: headers and a message split from the END wait in
+            // the core, which reports them with the END.
+            owned.core.expect_one_response(id);
+        }
         if let Some(d) = deadline {
             owned.core.set_deadline(id, d);
         }
@@ -186,8 +190,7 @@ impl Conn {
         let mut ended = Vec::new();
         for expiry in owned.core.handle_timeout(now) {
             match expiry {
-                Expiry::Deadline { call, user } => {
-                    owned.forget(call);
+                Expiry::Deadline { user, .. } => {
                     let status = match owned.core.role() {
                         Role::Client => {
                             Status::deadline_exceeded("no response within the deadline")
@@ -200,7 +203,6 @@ impl Conn {
                 }
                 Expiry::Stalled { call, status, user } => {
                     tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
-                    owned.forget(call);
                     ended.extend(call_ended(user, status.into()));
                 }
                 Expiry::PeerSilent { silent } => {
