@@ -10,6 +10,12 @@
 //!   [`Connection::send`] and come out of [`Connection::poll_transmit`], written into send
 //!   buffers the caller provides; time goes in through [`Connection::handle_timeout`], which
 //!   [`Connection::poll_timeout`] says when to call.
+//! - The call rules an application would otherwise keep beside the core, each opt-in:
+//!   calls beyond the server's `max_calls` wait in order
+//!   ([`Connection::queue_beyond_max_calls`]); a unary request split from its END is held
+//!   until the half-close, and two or none end the call ([`Connection::set_one_request`]); a
+//!   unary reply's headers and split message are held until its END
+//!   ([`Connection::expect_one_response`]).
 //! - [`frame`]: headers and HELLO, encoded and decoded; [`metadata`]: metadata blocks.
 //! - [`MemoryBudget`] / [`ConnectionMemory`]: the bytes peers make the process hold, bounded
 //!   per connection and in total.
