@@ -265,7 +265,7 @@ struct Call<C, P> {
     /// Server, one-request call: its message, held until the half-close (bytes and their
     /// reservation), and the opening the application was not told of yet (method and
     /// timeout of an opening MESSAGE without END).
-    request: Option<(Vec<u8>, Option<Box<Reservation>>)>,
+    request: Option<(Vec<u8>, Box<Reservation>)>,
     announce: Option<(u32, u32)>,
     /// Client: a unary call: its response headers and message are held until its END.
     one_response: bool,
@@ -893,30 +893,14 @@ where
                         held,
                     });
                 }
-                let held = match held {
-                    Some(held) => Some(held),
-                    None => match self
-                        .memory
-                        .reserve(Self::message_cost(whole.len()) as usize)
-                    {
-                        Some(r) => Some(Box::new(r)),
-                        None => {
-                            let status = WireStatus::new(
-                                Code::ResourceExhausted,
-                                format!(
-                                    "a message of {} bytes does not fit in the memory left \
-                                     for this connection",
-                                    whole.len()
-                                ),
-                            );
-                            return Ok(self.refuse(call_id, status));
-                        }
-                    },
+                let (body, held) = match self.keep_message(call_id, whole, held) {
+                    Ok(kept) => kept,
+                    Err(refused) => return Ok(refused),
                 };
                 let call = self.calls.get_mut(&call_id).expect("open call");
                 let reply = call.response.get_or_insert_with(Box::default);
-                reply.body = Some(whole.into_owned());
-                reply.held = held;
+                reply.body = Some(body);
+                reply.held = Some(held);
                 if !end {
                     return Ok(Event::None);
                 }
@@ -961,28 +945,12 @@ where
                     });
                 }
                 // Held until the half-close: the application gets the request whole, once.
-                let held = match held {
-                    Some(held) => Some(held),
-                    None => match self
-                        .memory
-                        .reserve(Self::message_cost(whole.len()) as usize)
-                    {
-                        Some(r) => Some(Box::new(r)),
-                        None => {
-                            let status = WireStatus::new(
-                                Code::ResourceExhausted,
-                                format!(
-                                    "a message of {} bytes does not fit in the memory left \
-                                     for this connection",
-                                    whole.len()
-                                ),
-                            );
-                            return Ok(self.refuse(call_id, status));
-                        }
-                    },
+                let (body, held) = match self.keep_message(call_id, whole, held) {
+                    Ok(kept) => kept,
+                    Err(refused) => return Ok(refused),
                 };
                 let call = self.calls.get_mut(&call_id).expect("open call");
-                call.request = Some((whole.into_owned(), held));
+                call.request = Some((body, held));
                 call.announce = opening.then_some((h.code, h.timeout_us));
                 Ok(Event::None)
             }
@@ -1017,7 +985,7 @@ where
                         body: Cow::Owned(body),
                         end: true,
                         ended: None,
-                        held,
+                        held: Some(held),
                     }),
                     None => {
                         let status = WireStatus::new(
@@ -1044,6 +1012,39 @@ where
             }
             _ => unreachable!("only call frames get here"),
         }
+    }
+
+    /// Keeps a whole message the core holds for the application (a split unary request or
+    /// reply): its bytes, counted against the connection's memory (§15) under the
+    /// reassembly's reservation or a new one; `Err` with the call refused (RESOURCE_EXHAUSTED)
+    /// when they do not fit.
+    fn keep_message<'f>(
+        &mut self,
+        call_id: u64,
+        whole: Cow<'f, [u8]>,
+        held: Option<Box<Reservation>>,
+    ) -> Result<(Vec<u8>, Box<Reservation>), Event<'f, C>> {
+        let held = match held {
+            Some(held) => held,
+            None => match self
+                .memory
+                .reserve(Self::message_cost(whole.len()) as usize)
+            {
+                Some(reserved) => Box::new(reserved),
+                None => {
+                    let status = WireStatus::new(
+                        Code::ResourceExhausted,
+                        format!(
+                            "a message of {} bytes does not fit in the memory left for this \
+                             connection",
+                            whole.len()
+                        ),
+                    );
+                    return Err(self.refuse(call_id, status));
+                }
+            },
+        };
+        Ok((whole.into_owned(), held))
     }
 
     /// Gives up a call the peer overloaded: a server answers END with `status`, a client
