@@ -101,7 +101,7 @@ pub enum Event<'f, C> {
         trailers: Cow<'f, [u8]>,
         /// The call's data.
         user: C,
-        /// Client, one-response call ([`Connection::expect_one_response`]): what came
+        /// Client, unary call ([`Connection::open_unary_call`]): what came
         /// before the END, held until it (response headers, the message).
         reply: Option<Box<HeldReply>>,
     },
@@ -141,7 +141,7 @@ pub enum Event<'f, C> {
 }
 
 /// What a client's core held of a one-response call's reply until its END
-/// ([`Connection::expect_one_response`]).
+/// ([`Connection::open_unary_call`]).
 #[derive(Debug, Default)]
 pub struct HeldReply {
     /// The response headers block (validated; empty without a HEADERS frame).
@@ -1307,16 +1307,6 @@ where
         self.one_request = Some(OneRequest(Box::new(takes_one)));
     }
 
-    /// Client: `call` is unary: the core holds its response headers and a message without
-    /// END until the call's END, and reports them with it ([`Event::Ended`]'s `reply`); a
-    /// reply that is one MESSAGE with END is reported as it comes, in place. A second message
-    /// cancels the call INTERNAL ([`Event::Refused`]).
-    pub fn expect_one_response(&mut self, call: u64) {
-        if let Some(c) = self.calls.get_mut(&call) {
-            c.one_response = true;
-        }
-    }
-
     /// Client: whether [`Connection::open_call`] beyond the server's `max_calls` opens a call
     /// that waits (`true`) or refuses with [`SendError::AtCapacity`] (`false`, the default).
     /// A waiting call has its id; its frames are queued ([`Connection::send`]) and leave, in
@@ -1354,6 +1344,18 @@ where
     /// Opens a call (client): registers `user` and returns the call id. The call's first
     /// frame, sent with [`Connection::send`], carries OPEN, `method` and `timeout_us`.
     pub fn open_call(&mut self, user: C) -> Result<u64, SendError> {
+        self.open_call_as(user, false)
+    }
+
+    /// [`Connection::open_call`] for a unary call: the core holds its response headers and a
+    /// message without END until the call's END, and reports them with it
+    /// ([`Event::Ended`]'s `reply`); a reply that is one MESSAGE with END is reported as it
+    /// comes, in place. A second message cancels the call INTERNAL ([`Event::Refused`]).
+    pub fn open_unary_call(&mut self, user: C) -> Result<u64, SendError> {
+        self.open_call_as(user, true)
+    }
+
+    fn open_call_as(&mut self, user: C, one_response: bool) -> Result<u64, SendError> {
         if self.role != Role::Client {
             return Err(SendError::Invalid("only clients open calls"));
         }
@@ -1367,6 +1369,7 @@ where
         self.highest_call += 1;
         let id = self.highest_call;
         let mut call = Call::new(Some(user), self.peer.call_window, self.local.call_window);
+        call.one_response = one_response;
         if at_capacity {
             // Behind the calls already waiting: ids reach the server in order.
             call.waiting = true;

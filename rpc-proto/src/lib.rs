@@ -15,7 +15,7 @@
 //!   ([`Connection::queue_beyond_max_calls`]); a unary request split from its END is held
 //!   until the half-close, and two or none end the call ([`Connection::set_one_request`]); a
 //!   unary reply's headers and split message are held until its END
-//!   ([`Connection::expect_one_response`]).
+//!   ([`Connection::open_unary_call`]).
 //! - [`frame`]: headers and HELLO, encoded and decoded; [`metadata`]: metadata blocks.
 //! - [`MemoryBudget`] / [`ConnectionMemory`]: the bytes peers make the process hold, bounded
 //!   per connection and in total.

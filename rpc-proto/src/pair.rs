@@ -200,15 +200,36 @@ impl Pair {
     /// Client: opens a call with data `user` and sends `payload` as its only message (with
     /// END), with a deadline `timeout` from now if given. Returns the call id.
     pub(crate) fn call(&mut self, user: u32, payload: &[u8], timeout: Option<Duration>) -> u64 {
+        let id = self
+            .client
+            .core
+            .open_call(user)
+            .expect("the client may open a call");
+        self.request(id, payload, timeout);
+        id
+    }
+
+    /// [`Pair::call`] opened as a unary call ([`crate::Connection::open_unary_call`]), without
+    /// a deadline.
+    pub(crate) fn unary_call(&mut self, user: u32, payload: &[u8]) -> u64 {
+        let id = self
+            .client
+            .core
+            .open_unary_call(user)
+            .expect("the client may open a call");
+        self.request(id, payload, None);
+        id
+    }
+
+    /// Client: the request of `id`, one MESSAGE with END, with a deadline `timeout` from now.
+    fn request(&mut self, id: u64, payload: &[u8], timeout: Option<Duration>) {
         let core = &mut self.client.core;
-        let id = core.open_call(user).expect("the client may open a call");
         let timeout_us = timeout.map_or(0, |t| t.as_micros() as u32);
         if let Some(t) = timeout {
             core.set_deadline(id, self.now + t);
         }
         let frame = out(core, Kind::Message, crate::flags::END, 0, payload);
         self.send(Role::Client, id, frame, 7, timeout_us);
-        id
     }
 
     /// Server: answers `call` with one MESSAGE with END (status OK).

@@ -550,8 +550,7 @@ fn a_streaming_method_gets_its_messages_as_they_come() {
 #[test]
 fn a_unary_reply_with_headers_and_trailers_reaches_the_client_whole_at_its_end() {
     let mut pair = Pair::new();
-    let call = pair.call(4, b"q", None);
-    pair.client.core.expect_one_response(call);
+    let call = pair.unary_call(4, b"q");
     pair.drive();
     pair.server.take_seen();
     let mut headers = Vec::new();
@@ -582,8 +581,7 @@ fn a_unary_reply_with_headers_and_trailers_reaches_the_client_whole_at_its_end()
 #[test]
 fn a_unary_call_with_two_responses_is_cancelled_internal() {
     let mut pair = Pair::new();
-    let call = pair.call(4, b"q", None);
-    pair.client.core.expect_one_response(call);
+    let call = pair.unary_call(4, b"q");
     pair.drive();
     for body in [&b"one"[..], b"two"] {
         let m = out(&pair.server.core, Kind::Message, 0, 0, body);

@@ -124,7 +124,14 @@ impl Conn {
     pub(super) fn open(&self, owned: &mut Owned, call: OpenCall) -> Option<Delivery> {
         // Beyond the server's `max_calls` the core opens the call waiting, with its frames
         // queued (copied out of their send slots), and starts it as calls end.
-        let id = match owned.core.open_call(call.caller.call_ref()) {
+        // A unary call's reply is one message: headers and a message split from the END
+        // wait in the core, which reports them with the END.
+        let user = call.caller.call_ref();
+        let opened = match call.caller {
+            Caller::Unary(_) => owned.core.open_unary_call(user),
+            Caller::Stream(_) => owned.core.open_call(user),
+        };
+        let id = match opened {
             Ok(id) => id,
             Err(e) => {
                 let status = match e {
@@ -146,11 +153,6 @@ impl Conn {
             message,
         } = call;
         caller.set_id(id);
-        if let Caller::Unary(_) = caller {
-            // Its reply is one message: headers and a message split from the END wait in
-            // the core, which reports them with the END.
-            owned.core.expect_one_response(id);
-        }
         if let Some(d) = deadline {
             owned.core.set_deadline(id, d);
         }
