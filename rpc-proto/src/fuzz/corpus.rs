@@ -281,15 +281,7 @@ fn seeds() -> Vec<Seed> {
 
 /// A HELLO frame as a peer opening a TCP connection sends it.
 fn hello_frame() -> Vec<u8> {
-    let hello = crate::Hello {
-        slot_count: 8,
-        slot_size: 256,
-        max_message_size: 4096,
-        max_calls: 4,
-        call_window: 1024,
-        max_metadata_size: 1024,
-    };
-    hello.to_frame().to_vec()
+    crate::conn::tests::hello().to_frame().to_vec()
 }
 
 /// The arguments of [`op::PARSE`] for `bytes`.
