@@ -445,12 +445,8 @@ impl Endpoint {
                 // A caller polls; stay off the CPU (and the CQ) until it stops.
                 rpc_sync::park_timeout(DEADLINE_TICK);
                 let now = Instant::now();
-                if now >= next_tick {
-                    self.expire(now);
-                    next_tick = now + DEADLINE_TICK;
-                }
                 // A caller may drive for long (a window of calls kept full): pings still go.
-                self.send_conn_ticks(now, &mut next_conn_tick, conn_tick_every);
+                self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
                 if standing_back && !self.duty.is_driving() {
                     // What came while the reader was busy with its messages; a reader that
                     // did not wait for one during a whole tick is not polling any more.
@@ -474,11 +470,7 @@ impl Endpoint {
                 last_work = now;
                 worked = false;
             }
-            if now >= next_tick {
-                self.expire(now);
-                next_tick = now + DEADLINE_TICK;
-            }
-            self.send_conn_ticks(now, &mut next_conn_tick, conn_tick_every);
+            self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
             if n > 0 {
                 continue;
             }
@@ -499,26 +491,34 @@ impl Endpoint {
         }
     }
 
-    /// Has every connection check its keepalive and its stalled reassembly when the next
-    /// check is due.
-    fn send_conn_ticks(&self, now: Instant, next: &mut Option<Instant>, tick: Option<Duration>) {
-        if let (Some(at), Some(tick)) = (*next, tick) {
-            if now >= at {
-                for conn in self.conns().iter() {
-                    conn.submit(Work::Timeout(now));
-                }
-                *next = Some(now + tick);
-            }
+    /// Hands each connection the time (`Work::Timeout`: its core's timers) when they may be
+    /// due: every connection at the connection tick (keepalive, stalled reassembly), and at
+    /// the deadline tick a client's connections and those of a server that watch a deadline
+    /// (a server's mostly watch none). Once per connection when both ticks are due.
+    fn tick(
+        &self,
+        now: Instant,
+        next_deadline_tick: &mut Instant,
+        next_conn_tick: &mut Option<Instant>,
+        conn_tick_every: Option<Duration>,
+    ) {
+        let deadlines = now >= *next_deadline_tick;
+        if deadlines {
+            *next_deadline_tick = now + DEADLINE_TICK;
         }
-    }
-
-    /// Ends calls past their deadline (each connection's owner does it): a client's fail
-    /// locally, a server's are answered DEADLINE_EXCEEDED.
-    fn expire(&self, now: Instant) {
+        let every_conn = match (*next_conn_tick, conn_tick_every) {
+            (Some(at), Some(every)) if now >= at => {
+                *next_conn_tick = Some(now + every);
+                true
+            }
+            _ => false,
+        };
+        if !deadlines && !every_conn {
+            return;
+        }
         let server = self.role == Role::Server;
         for conn in self.conns().iter() {
-            // A server's connections mostly have no deadline to watch: skip those.
-            if !server || conn.deadlines_pending() {
+            if every_conn || !server || conn.deadlines_pending() {
                 conn.submit(Work::Timeout(now));
             }
         }
