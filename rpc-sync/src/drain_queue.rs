@@ -1,7 +1,7 @@
-//! [`DrainQueue`]: items pushed by producer threads and drained by whoever polls: a consumer
-//! thread that sleeps while the queue is empty, or a producer that drains what it queued
-//! itself when nobody else is draining. The completion queue of the TCP and in-memory
-//! transports (`ChannelCq`).
+//! [`DrainQueue`]: items pushed by producer threads and drained by whoever polls: consumer
+//! threads that sleep while the queue is empty (an endpoint's poller thread, or a caller
+//! waiting for its own reply), or a producer that drains what it queued itself when nobody
+//! else is draining. The completion queue of the TCP and in-memory transports (`ChannelCq`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -13,18 +13,24 @@ use crate::primitive::{Condvar, Mutex};
 /// models check the very code that runs).
 struct State<T> {
     items: VecDeque<T>,
-    /// The consumer sleeps in [`DrainQueue::wait`] (or is about to).
-    sleeping: bool,
-    /// A wake-up is due to the consumer: its next (or current) wait returns at once.
+    /// Consumers sleeping in [`DrainQueue::wait`] (or about to).
+    sleepers: u32,
+    /// A wake-up is due to the consumers: their current waits, or the next one, return.
     rung: bool,
+    /// Rings so far (wrapping): a consumer sleeping without a timeout tells its own wake-up
+    /// from one that another consumer already took.
+    rings: u32,
 }
 
-/// A multi-producer queue with one sleeping consumer and any number of drainers.
+/// A multi-producer queue with sleeping consumers and any number of drainers.
 ///
 /// Protocol and guarantees:
-/// - [`DrainQueue::push`] queues an item and wakes the consumer if it sleeps in
-///   [`DrainQueue::wait`]: the consumer never sleeps through an item (it looks at the queue
-///   under the lock it sleeps on; the loom model `drain_queue_wakes_a_sleeping_consumer`).
+/// - [`DrainQueue::push`] queues an item and wakes every consumer sleeping in
+///   [`DrainQueue::wait`]: no consumer sleeps through an item (each looks at the queue under
+///   the lock it sleeps on; the loom models `drain_queue_wakes_a_sleeping_consumer` and
+///   `drain_queue_wakes_every_sleeping_consumer`). All of them wake, not one: a caller that
+///   waits for its own reply may sleep beside the endpoint's poller thread, which then stands
+///   back, and the reply must reach the caller whichever of the two the lock favours.
 /// - [`DrainQueue::drive`]: a producer that queued items ([`DrainQueue::enqueue`]) drains
 ///   them itself if it can own the draining, or leaves them to the owner. Nothing queued is
 ///   left behind: the owner looks at the queue again after letting go, and the look and the
@@ -32,7 +38,7 @@ struct State<T> {
 ///   or the producer sees the draining free (the loom model
 ///   `drain_queue_leaves_nothing_behind`). The owner that never calls `drive` (a poller
 ///   thread) must loop back to the queue itself: it does, through `wait`.
-/// - [`DrainQueue::wake`] makes the consumer's current or next wait return at once.
+/// - [`DrainQueue::wake`] makes the consumers' current waits, or the next one, return.
 ///
 /// The lock is short (no I/O, no waiting, no waking under it) and the buffer keeps its
 /// capacity, so steady traffic allocates nothing.
@@ -47,8 +53,9 @@ impl<T> DrainQueue<T> {
         DrainQueue {
             state: Mutex::new(State {
                 items: VecDeque::with_capacity(capacity),
-                sleeping: false,
+                sleepers: 0,
                 rung: false,
+                rings: 0,
             }),
             bell: Condvar::new(),
         }
@@ -61,7 +68,7 @@ impl<T> DrainQueue<T> {
         self.state.lock().items.push_back(item);
     }
 
-    /// Queues `item` and wakes the consumer if it sleeps; `true` if this woke it.
+    /// Queues `item` and wakes the consumers that sleep; `true` if this woke one.
     #[inline]
     pub fn push(&self, item: T) -> bool {
         let wake = {
@@ -70,39 +77,41 @@ impl<T> DrainQueue<T> {
             Self::ring(&mut state)
         };
         if wake {
-            self.bell.notify_one();
+            self.bell.notify_all();
         }
         wake
     }
 
-    /// Makes the consumer's current wait, or its next one, return at once; `true` if it
+    /// Makes the consumers' current waits, or the next one, return at once; `true` if one
     /// slept (a thread woken).
     pub fn wake(&self) -> bool {
         let sleeping = {
             let mut state = self.state.lock();
             state.rung = true;
-            state.sleeping
+            state.rings = state.rings.wrapping_add(1);
+            state.sleepers > 0
         };
         if sleeping {
-            self.bell.notify_one();
+            self.bell.notify_all();
         }
         sleeping
     }
 
-    /// Wakes the consumer if it sleeps (nothing is due otherwise); `true` if it did.
+    /// Wakes the consumers that sleep (nothing is due otherwise); `true` if one did.
     #[inline]
     pub fn wake_if_sleeping(&self) -> bool {
         let wake = Self::ring(&mut self.state.lock());
         if wake {
-            self.bell.notify_one();
+            self.bell.notify_all();
         }
         wake
     }
 
-    /// Rings for a sleeping consumer not rung yet; whether to notify it.
+    /// Rings for sleeping consumers not rung yet; whether to notify them.
     fn ring(state: &mut State<T>) -> bool {
-        if state.sleeping && !state.rung {
+        if state.sleepers > 0 && !state.rung {
             state.rung = true;
+            state.rings = state.rings.wrapping_add(1);
             return true;
         }
         false
@@ -126,25 +135,26 @@ impl<T> DrainQueue<T> {
         self.state.lock().items.is_empty()
     }
 
-    /// The consumer sleeps until an item is queued, [`DrainQueue::wake`] is called, or
+    /// A consumer sleeps until an item is queued, [`DrainQueue::wake`] is called, or
     /// `timeout` passes; returns at once if an item is queued or a wake is due. Spurious
     /// returns are possible (a timed wait returns after one wake-up, whatever woke it): the
     /// caller polls and waits again. No clock is read here; the condition variable times.
     pub fn wait(&self, timeout: Option<Duration>) {
         let mut state = self.state.lock();
         if !state.rung && state.items.is_empty() {
-            state.sleeping = true;
+            state.sleepers += 1;
             // The queue's own lock is released by the wait; no runtime lock may be held.
             crate::assert_unlocked("waiting for completions");
             match timeout {
                 None => {
-                    while !state.rung && state.items.is_empty() {
+                    let rings = state.rings;
+                    while state.rings == rings && state.items.is_empty() {
                         state = self.bell.wait(state);
                     }
                 }
                 Some(t) => state = self.bell.wait_timeout(state, t).0,
             }
-            state.sleeping = false;
+            state.sleepers -= 1;
         }
         state.rung = false;
     }

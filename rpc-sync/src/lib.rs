@@ -158,6 +158,9 @@ pub(crate) mod primitive {
         pub(crate) fn notify_one(&self) {
             self.0.notify_one();
         }
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
         pub(crate) fn wait<'a, T>(
             &self,
             guard: loom::sync::MutexGuard<'a, T>,
@@ -192,6 +195,9 @@ pub(crate) mod primitive {
         }
         pub(crate) fn notify_one(&self) {
             self.0.notify_one();
+        }
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
         }
         pub(crate) fn wait<'a, T>(
             &self,

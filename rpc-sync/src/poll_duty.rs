@@ -39,8 +39,9 @@ fn field(s: u64, at: u32) -> u64 {
 ///   polling (verbs), when no stream is open and nobody waits without driving
 ///   ([`PollDuty::start_driving`]); one caller drives at a time, and the poller thread stands
 ///   back while it does.
-/// - A driver whose call is done lets the poller thread stand back if the others are futures
-///   nobody waits for (verbs): its next wait drives again ([`PollDuty::stop_driving`]).
+/// - A driver whose call is done lets the poller thread stand back if its call was the only
+///   one, or the others are futures nobody waits for (verbs): its next wait drives again
+///   ([`PollDuty::stop_driving`]).
 /// - Whoever starts to wait without driving, or opens a stream, calls a standing-back poller
 ///   thread back (`true`: the caller wakes it).
 /// - A standing-back poller thread that saw nobody drive during a tick stops standing back
@@ -158,9 +159,10 @@ impl PollDuty {
 
     /// The driver stops. Returns `true` if the poller thread must be woken: the driver's own
     /// call is not done (it goes on to park), or other calls wait for completions. A driver
-    /// whose call is done and whose call was the only one wakes nobody (the poller thread
-    /// finds out at its next tick); one whose other calls are futures nobody waits for, on a
-    /// queue that needs polling, leaves the poller thread standing back instead.
+    /// whose call is done and was the only one, or whose other calls are futures nobody waits
+    /// for on a queue that needs polling, leaves the poller thread standing back and wakes
+    /// nobody: its next call drives again, and the poller thread stays off the queue (where
+    /// the reply would wake it too) until a tick passes without a driver.
     #[inline]
     pub fn stop_driving(&self, own_call_done: bool) -> bool {
         self.update(|s| {
@@ -168,7 +170,7 @@ impl PollDuty {
             if !own_call_done {
                 (s & !STANDING_BACK, true)
             } else if field(s, CALLS) <= 1 {
-                (s, false)
+                (s | DROVE | STANDING_BACK, false)
             } else if !self.may_stand_back(s) {
                 (s, true)
             } else {

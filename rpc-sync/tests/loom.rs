@@ -89,6 +89,28 @@ fn drain_queue_wakes_a_sleeping_consumer() {
     });
 }
 
+/// A caller waiting for its own reply sleeps on the completion queue beside the poller
+/// thread: a push wakes both, whichever the lock favours (with one woken, the other would
+/// sleep through the item it waits for).
+#[test]
+fn drain_queue_wakes_every_sleeping_consumer() {
+    loom::model(|| {
+        let queue = Arc::new(DrainQueue::with_capacity(1));
+        let second = Arc::clone(&queue);
+        let sleeper = thread::spawn(move || second.wait(None));
+        let producer = Arc::clone(&queue);
+        let t = thread::spawn(move || {
+            producer.push(7u32);
+        });
+        queue.wait(None);
+        sleeper.join().unwrap();
+        t.join().unwrap();
+        let mut got = Vec::new();
+        queue.drain_into(&mut got, 8);
+        assert_eq!(got, vec![7]);
+    });
+}
+
 /// A TCP link's writer: two posters queue a frame each and flush; the socket takes
 /// everything. Every frame is written exactly once, by one writer at a time, and the turn is
 /// free at the end.

@@ -289,24 +289,43 @@ impl Endpoint {
         }))
     }
 
-    /// Polls the completion queue on the calling thread until `ready()`, for up to `spin`
-    /// (and not past `deadline`), so that what the caller waits for needs no wake-up of
-    /// another thread; returns whether `ready()` held when it stopped. A caller drives when
-    /// its call is the client's only one, or, on a queue that [needs
-    /// polling](CompletionQueue::needs_polling) (verbs), when nobody else waits for a unary
-    /// call and no stream is open: one thread keeping a window of futures then polls for
-    /// all of them, and the poller thread stands back between its waits (see
-    /// [`Endpoint::stop_driving`]). With others waiting, the poller thread is busy anyway,
-    /// and a driver that stops must wake it again. One caller drives at a time: the others,
-    /// and a caller found not ready, go on to park and leave polling to the poller thread.
+    /// Polls the completion queue on the calling thread until `ready()`, so that what the
+    /// caller waits for needs no wake-up of another thread; returns whether `ready()` held
+    /// when it stopped. It polls busily for up to `spin`, then, on a queue that [needs
+    /// polling](CompletionQueue::needs_polling) (verbs, in-memory peers), sleeps on the
+    /// queue's notification until `ready()` or `deadline`: the reply wakes this thread and no
+    /// other (over TCP the I/O thread handles what it reads and wakes the caller itself).
+    ///
+    /// A caller drives when its call is the client's only one, or, on a queue that needs
+    /// polling, when nobody else waits for a unary call and no stream is open: one thread
+    /// keeping a window of futures then polls for all of them, and the poller thread stands
+    /// back between its waits (see [`Endpoint::stop_driving`]). With others waiting, the
+    /// poller thread is busy anyway, and a driver that stops must wake it again. One caller
+    /// drives at a time: the others, and a caller found not ready, go on to park and leave
+    /// polling to the poller thread.
     pub(crate) fn drive(
         &self,
         spin: Duration,
         deadline: Option<Instant>,
         ready: impl Fn() -> bool,
     ) -> bool {
-        if !self.poll_until(spin, deadline, 1, &ready) {
+        let sleeps_here = self.cq.needs_polling();
+        if (spin.is_zero() && !sleeps_here) || !self.duty.start_driving() {
             return ready();
+        }
+        self.poll_until(spin, deadline, 1, &ready);
+        if sleeps_here {
+            while !ready() {
+                let nap = match deadline {
+                    None => MAX_SLEEP,
+                    Some(d) => match d.checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => left.min(MAX_SLEEP),
+                        _ => break,
+                    },
+                };
+                self.cq.wait(Some(nap));
+                while !ready() && self.poll_once().is_some_and(|n| n > 0) {}
+            }
         }
         let ready = ready();
         self.stop_driving(ready);
@@ -321,9 +340,10 @@ impl Endpoint {
     /// would be a third busy thread beside the reader and the server's poller, and on 2
     /// CPUs whichever two share one take turns at every message).
     pub(crate) fn drive_stream(&self, spin: Duration, ready: impl Fn() -> bool) -> bool {
-        if !self.cq.needs_polling() || !self.poll_until(spin, None, 16, &ready) {
+        if !self.cq.needs_polling() || spin.is_zero() || !self.duty.start_driving() {
             return ready();
         }
+        self.poll_until(spin, None, 16, &ready);
         // Nothing yet: sleep on the queue's notification, as the poller thread would, but
         // here, so that the message wakes the thread that wants it and no other.
         let mut naps = 0;
@@ -341,18 +361,16 @@ impl Endpoint {
         ready
     }
 
-    /// Becomes the driver (if allowed: `spin` > 0, the only call outstanding, nobody else
-    /// driving) and polls until `ready()` or `spin` (or `deadline`) passes; `false` if it
-    /// did not drive.
+    /// Polls, as the driver, until `ready()` or `spin` (or `deadline`) passes.
     fn poll_until(
         &self,
         spin: Duration,
         deadline: Option<Instant>,
         clock_every: u32,
         ready: impl Fn() -> bool,
-    ) -> bool {
-        if spin.is_zero() || !self.duty.start_driving() {
-            return false;
+    ) {
+        if spin.is_zero() {
+            return;
         }
         let until = Instant::now() + spin;
         let until = deadline.map_or(until, |d| d.min(until));
@@ -367,16 +385,15 @@ impl Endpoint {
             }
             std::hint::spin_loop();
         }
-        true
     }
 
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
     /// is done wakes the poller only if other calls wait for completions: otherwise the
-    /// poller finds out at its next tick (at most `DEADLINE_TICK`), and a caller making one
-    /// call after another costs no wake-up per call. Over verbs, when the other calls are
-    /// futures nobody waits for (a window of calls that this caller waits for one by one),
-    /// the poller thread stands back instead: the caller's next wait drives again
-    /// ([`PollDuty::stop_driving`]).
+    /// poller thread stands back until a tick passes without a driver (at most
+    /// `DEADLINE_TICK`), and a caller making one call after another costs no wake-up per
+    /// call. Over verbs, when the other calls are futures nobody waits for (a window of
+    /// calls that this caller waits for one by one), the poller thread stands back too: the
+    /// caller's next wait drives again ([`PollDuty::stop_driving`]).
     fn stop_driving(&self, own_call_done: bool) {
         if self.duty.stop_driving(own_call_done) {
             self.wake_the_poller();

@@ -146,7 +146,7 @@ pub(crate) fn client_transport(
     kind: TransportKind,
 ) -> Result<(Arc<dyn CompletionQueue>, Connector), Error> {
     if let Some(name) = addr.strip_prefix("mem:") {
-        let cq = ChannelCq::new();
+        let cq = ChannelCq::polled();
         return Ok((cq.clone(), Connector::Memory(cq, name.to_string())));
     }
     let sa = resolve(addr)?;
@@ -177,7 +177,7 @@ pub(crate) fn server_transport(
     context: Option<ThreadContext>,
 ) -> Result<ServerTransport, Error> {
     if let Some(name) = addr.strip_prefix("mem:") {
-        let cq = ChannelCq::new();
+        let cq = ChannelCq::polled();
         let acceptor = memory::MemoryAcceptor::bind(name, ring, cq.clone())?;
         return Ok(ServerTransport {
             cq,

@@ -154,13 +154,28 @@ impl HeapSendPool {
 pub(crate) struct ChannelCq {
     queue: DrainQueue<Completion>,
     driver: OnceLock<Weak<dyn Driver>>,
+    /// Completions are pushed by peers and wait for a thread of this endpoint to poll them
+    /// (the in-memory transport), rather than handled by the thread that produced them (the
+    /// TCP I/O thread, through [`ChannelCq::drive`]).
+    polled: bool,
 }
 
 impl ChannelCq {
+    /// The queue of TCP links: the I/O thread handles what it reads.
     pub(crate) fn new() -> Arc<ChannelCq> {
+        Self::with_polling(false)
+    }
+
+    /// The queue of in-memory links: peers push, this endpoint's threads poll.
+    pub(crate) fn polled() -> Arc<ChannelCq> {
+        Self::with_polling(true)
+    }
+
+    fn with_polling(polled: bool) -> Arc<ChannelCq> {
         Arc::new(ChannelCq {
             queue: DrainQueue::with_capacity(64),
             driver: OnceLock::new(),
+            polled,
         })
     }
 
@@ -215,7 +230,7 @@ impl CompletionQueue for ChannelCq {
     }
 
     fn needs_polling(&self) -> bool {
-        false
+        self.polled
     }
 }
 

@@ -109,10 +109,10 @@ pub trait CompletionQueue: Send + Sync + 'static {
     /// produced by threads of their own (the TCP I/O thread): such a thread may then handle
     /// what it produced itself instead of waking the poller. Default: ignored.
     fn set_driver(&self, _driver: std::sync::Weak<dyn Driver>) {}
-    /// Whether completions show up only when a thread polls for them (verbs: the device's
-    /// queue), rather than being pushed and handled by the transport's own threads (the TCP
-    /// I/O thread, in-memory peers): only then does a waiting stream reader gain by polling
-    /// itself. Default: `true`.
+    /// Whether completions show up only when a thread of the endpoint polls for them (verbs:
+    /// the device's queue; in-memory links: what peers pushed), rather than being handled by
+    /// the transport's own threads (the TCP I/O thread): only then does a waiting caller or
+    /// stream reader gain by polling, or sleeping on the queue, itself. Default: `true`.
     fn needs_polling(&self) -> bool {
         true
     }
