@@ -212,6 +212,16 @@ struct Queued<P> {
     _held: Option<Reservation>,
 }
 
+/// Server, one-request call: its message held until the half-close (bytes and their
+/// reservation), and the opening the application was not told of yet (method and timeout of
+/// an opening MESSAGE without END).
+#[derive(Debug)]
+struct HeldRequest {
+    body: Vec<u8>,
+    held: Box<Reservation>,
+    announce: Option<(u32, u32)>,
+}
+
 #[derive(Debug)]
 struct Partial {
     first: Header,
@@ -262,18 +272,17 @@ struct Call<C, P> {
     /// Server: the call's method takes exactly one request message (see
     /// [`Connection::set_one_request`]).
     one_request: bool,
-    /// Server, one-request call: its message, held until the half-close (bytes and their
-    /// reservation), and the opening the application was not told of yet (method and
-    /// timeout of an opening MESSAGE without END).
-    request: Option<(Vec<u8>, Box<Reservation>)>,
-    announce: Option<(u32, u32)>,
+    /// Server, one-request call: its message, held until the half-close (boxed: most
+    /// requests come whole, with the half-close).
+    request: Option<Box<HeldRequest>>,
     /// Client: a unary call: its response headers and message are held until its END.
     one_response: bool,
     response: Option<Box<HeldReply>>,
     /// Client: opened beyond the server's `max_calls` and waiting for a call to end; its
     /// frames are queued and none leaves until then (see [`Connection::queue_beyond_max_calls`]).
     waiting: bool,
-    partial: Option<Partial>,
+    /// Boxed: a frame in reassembly is rare, and a call's record stays small to move.
+    partial: Option<Box<Partial>>,
     /// The call's received metadata, reserved from the connection's memory while the call
     /// is open (its record is part of the connection's admission: [`CALL_RECORD`]).
     held: Reservation,
@@ -303,7 +312,6 @@ impl<C, P> Call<C, P> {
             request: None,
             one_response: false,
             response: None,
-            announce: None,
             waiting: false,
             partial: None,
             held: Reservation::default(),
@@ -720,13 +728,13 @@ where
                     );
                     return Ok(self.refuse(h.call_id, status));
                 };
-                call.partial = Some(Partial {
+                call.partial = Some(Box::new(Partial {
                     first: *h,
                     received: h.segment_len,
                     buf: payload.to_vec(),
                     held,
                     seen: None,
-                });
+                }));
                 return Ok(Event::None);
             }
         } else {
@@ -763,7 +771,7 @@ where
             if !h.is_last_segment() {
                 return Ok(Event::None);
             }
-            let done = call.partial.take().expect("checked above");
+            let done = *call.partial.take().expect("checked above");
             (Cow::Owned(done.buf), Some(Box::new(done.held)))
         };
         self.complete_frame(h, whole)
@@ -950,8 +958,11 @@ where
                     Err(refused) => return Ok(refused),
                 };
                 let call = self.calls.get_mut(&call_id).expect("open call");
-                call.request = Some((body, held));
-                call.announce = opening.then_some((h.code, h.timeout_us));
+                call.request = Some(Box::new(HeldRequest {
+                    body,
+                    held,
+                    announce: opening.then_some((h.code, h.timeout_us)),
+                }));
                 Ok(Event::None)
             }
             (Kind::Message, role) => {
@@ -978,10 +989,14 @@ where
                 if !call.one_request {
                     return Ok(Event::HalfClosed { call: call_id });
                 }
-                match call.request.take() {
-                    Some((body, held)) => Ok(Event::Message {
+                match call.request.take().map(|r| *r) {
+                    Some(HeldRequest {
+                        body,
+                        held,
+                        announce,
+                    }) => Ok(Event::Message {
                         call: call_id,
-                        opened: call.announce.take(),
+                        opened: announce,
                         body: Cow::Owned(body),
                         end: true,
                         ended: None,
