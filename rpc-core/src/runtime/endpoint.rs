@@ -24,6 +24,8 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// Completions taken per poll.
+const POLL_BATCH: usize = 32;
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
 /// How long an idle server sleeps at most while a call's deadline is watched: its calls end
@@ -130,7 +132,7 @@ impl Endpoint {
             }),
             polling: Exclusive::new(PollState {
                 orphans: Orphans::default(),
-                batch: Vec::with_capacity(32),
+                batch: Vec::with_capacity(POLL_BATCH),
                 last: None,
             }),
             adoption_pending: Flag::new(false),
@@ -276,7 +278,7 @@ impl Endpoint {
         self.adoption_pending.lower();
         Some(guard.with(|state| {
             let mut batch = std::mem::take(&mut state.batch);
-            let n = self.cq.poll(&mut batch, 32);
+            let n = self.cq.poll(&mut batch, POLL_BATCH);
             // In order, by value; the batch keeps its capacity for the next poll.
             for c in batch.drain(..) {
                 self.route(c, state);
@@ -475,10 +477,12 @@ impl Endpoint {
             }
             let n = self.poll_once().unwrap_or(0);
             if n > 0 {
-                // While busy, look at the clock (idle timing, deadlines) every 64 batches.
                 worked = true;
                 busy_batches = busy_batches.wrapping_add(1);
-                if busy_batches % 64 != 0 {
+                // While full batches come, look at the clock (idle timing, deadlines) every
+                // 64 of them. After a partial batch the queue is likely empty: rather than
+                // poll it once more, go to the wait, which returns at once if it is not.
+                if n == POLL_BATCH && busy_batches % 64 != 0 {
                     continue;
                 }
             }
@@ -488,7 +492,7 @@ impl Endpoint {
                 worked = false;
             }
             self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
-            if n > 0 {
+            if n == POLL_BATCH {
                 continue;
             }
             if now.duration_since(last_work) < self.idle_spin || self.adoption_pending.is_raised() {
