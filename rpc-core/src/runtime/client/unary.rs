@@ -64,6 +64,7 @@ impl Started {
     /// Blocks for the outcome; at the deadline, withdraws the call. For up to `spin` the
     /// calling thread polls the completion queue itself, so the reply needs no wake-up of
     /// another thread; then it parks and leaves polling to the poller thread.
+    #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     pub(super) fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Reply, Status> {
         self.drive(spin);
         // Parked, this caller relies on somebody else polling (see `Endpoint::waiting`).
@@ -195,6 +196,7 @@ impl<Resp> Drop for ResponseFuture<Resp> {
 
 impl Client {
     /// Starts a unary call; returns the call's cell and id, or the status it failed with.
+    #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     fn start<Req: prost::Message>(
         &self,
         native: &Native,
@@ -230,6 +232,7 @@ impl Client {
         })
     }
 
+    #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     fn finish<Resp: prost::Message + Default>(
         &self,
         result: Result<Reply, Status>,
