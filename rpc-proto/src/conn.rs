@@ -1093,24 +1093,30 @@ where
     /// Marks a call closed on this side; returns its data. Counting: a server stops counting
     /// it now; a client when the server ended it (now) or when its CANCEL is emitted.
     fn close_call(&mut self, id: u64) -> Option<C> {
-        let call = self.calls.get_mut(&id)?;
+        let std::collections::hash_map::Entry::Occupied(mut entry) = self.calls.entry(id) else {
+            return None;
+        };
+        let call = entry.get_mut();
         if call.state != State::Open {
             return None;
         }
-        call.state = State::Closing;
-        call.partial = None;
-        call.held = Reservation::default();
-        // Frames queued for it are pointless now (a started frame's remaining segments
-        // included: the receiver drops a partial frame when the call ends).
-        call.out.clear();
-        let user = call.user.take();
         let waiting = call.waiting;
-        if call.cancel.is_none() {
+        let user = if call.cancel.is_none() {
             if !waiting {
                 self.counted_calls -= 1;
             }
-            self.calls.remove(&id);
-        }
+            // Frames queued for it, a frame in reassembly and its metadata go with it.
+            entry.remove().user
+        } else {
+            // Kept until its CANCEL leaves; frames queued for it are pointless now (a
+            // started frame's remaining segments included: the receiver drops a partial
+            // frame when the call ends).
+            call.state = State::Closing;
+            call.partial = None;
+            call.held = Reservation::default();
+            call.out.clear();
+            call.user.take()
+        };
         if waiting {
             self.waiting.retain(|&w| w != id);
         } else {

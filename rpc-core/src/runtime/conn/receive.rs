@@ -47,12 +47,12 @@ impl Conn {
             Event::Opened {
                 call,
                 method,
+                timeout_us,
                 headers,
-                ..
             } => {
                 let metadata = MetadataMap::from_block(&headers);
                 drop(buf);
-                let deadline = self.served_deadline(owned, call);
+                let deadline = self.served_deadline(owned, call, timeout_us);
                 match self.method_kind(method) {
                     None => {
                         self.unknown_method(owned, call, method);
@@ -253,8 +253,8 @@ impl Conn {
         end: bool,
     ) -> Option<Delivery> {
         let awaiting = match opened {
-            Some((method, _)) => {
-                let deadline = self.served_deadline(owned, call);
+            Some((method, timeout_us)) => {
+                let deadline = self.served_deadline(owned, call, timeout_us);
                 match self.method_kind(method) {
                     None => {
                         drop(buf);
@@ -342,8 +342,17 @@ impl Conn {
         call_ended(user, status)
     }
 
-    /// Server: the deadline the core watches for a call that just opened, if it has one.
-    pub(super) fn served_deadline(&self, owned: &mut Owned, call: u64) -> Option<Instant> {
+    /// Server: the deadline the core watches for a call that just opened with `timeout_us`
+    /// (none for 0: the core then watches none, and is not asked).
+    pub(super) fn served_deadline(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        timeout_us: u32,
+    ) -> Option<Instant> {
+        if timeout_us == 0 {
+            return None;
+        }
         let deadline = owned.core.deadline(call)?;
         self.deadlines_pending.store(true, Ordering::Relaxed);
         Some(deadline)
