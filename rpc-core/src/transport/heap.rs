@@ -3,11 +3,14 @@
 //! moves from the ring's posted pool into a [`RecvBuf`] and back when that is dropped, so
 //! frames are read into slots and decoded in place exactly as with verbs.
 
+// The slot types live in a module of their own: mod.rs names them in its buffer enums, and
+// this file, which builds those buffers, imports mod.rs.
+mod slots;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam::queue::ArrayQueue;
-use rpc_sync::{CreditLedger, DrainQueue};
+use rpc_sync::DrainQueue;
 
 use super::{
     Completion, CompletionQueue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig, SendBuf,
@@ -17,133 +20,26 @@ use crate::protocol::v2::Hello;
 use crate::Error;
 use std::sync::{OnceLock, Weak};
 
-/// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
-pub(crate) struct HeapRecvRing {
-    posted: ArrayQueue<Vec<u8>>,
-    credits: CreditLedger,
-    slot_size: usize,
-}
+pub(crate) use slots::{HeapRecv, HeapRecvRing, HeapSend, HeapSendPool};
 
+// The two ways in to a buffer, kept here rather than in slots.rs because they name mod.rs's
+// buffer types.
 impl HeapRecvRing {
-    /// A ring of `count` posted slots of `size` bytes.
-    pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
-        let ring = HeapRecvRing {
-            posted: ArrayQueue::new(count as usize),
-            credits: CreditLedger::new(),
-            slot_size: size as usize,
-        };
-        for _ in 0..count {
-            ring.posted
-                .push(vec![0u8; size as usize])
-                .expect("ring has room for its slots");
-        }
-        Arc::new(ring)
-    }
-
-    /// Size of each slot.
-    pub(crate) fn slot_size(&self) -> usize {
-        self.slot_size
-    }
-
-    /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits.
-    pub(crate) fn take_posted(&self) -> Option<Vec<u8>> {
-        self.posted.pop()
-    }
-
     /// Wraps a filled slot as a completion buffer; dropping it re-posts the slot.
     pub(crate) fn completed(self: &Arc<Self>, buf: Vec<u8>, len: usize) -> RecvBuf {
         RecvBuf {
-            inner: RecvInner::Heap(HeapRecv {
-                buf,
-                ring: Arc::clone(self),
-            }),
+            inner: RecvInner::Heap(self.filled(buf)),
             len,
         }
-    }
-
-    /// The ring's credit ledger: re-posts not taken yet, and the owed credits published.
-    pub(crate) fn credits(&self) -> &CreditLedger {
-        &self.credits
-    }
-}
-
-/// A filled heap receive slot (the heap variant of [`RecvBuf`]).
-pub(crate) struct HeapRecv {
-    buf: Vec<u8>,
-    ring: Arc<HeapRecvRing>,
-}
-
-impl HeapRecv {
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
-impl Drop for HeapRecv {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        // The slot must be back in the pool before the credit is counted: the peer may send
-        // into it as soon as it learns of the credit.
-        if self.ring.posted.push(buf).is_ok() {
-            self.ring.credits.release();
-        }
-    }
-}
-
-/// Free send slots.
-pub(crate) struct HeapSendPool {
-    free: Arc<ArrayQueue<Vec<u8>>>,
-    slot_size: usize,
-}
-
-/// A heap send slot (the heap variant of [`SendBuf`]); back to its pool when dropped, sent
-/// or not.
-pub(crate) struct HeapSend {
-    buf: Vec<u8>,
-    pool: Arc<ArrayQueue<Vec<u8>>>,
-}
-
-impl HeapSend {
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.buf
-    }
-
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
-    }
-}
-
-impl Drop for HeapSend {
-    fn drop(&mut self) {
-        let _ = self.pool.push(std::mem::take(&mut self.buf));
     }
 }
 
 impl HeapSendPool {
-    /// A pool of `count` slots of `size` bytes.
-    pub(crate) fn new(count: u32, size: u32) -> HeapSendPool {
-        let free = ArrayQueue::new(count as usize);
-        for _ in 0..count {
-            free.push(vec![0u8; size as usize])
-                .expect("pool has room for its slots");
-        }
-        HeapSendPool {
-            free: Arc::new(free),
-            slot_size: size as usize,
-        }
-    }
-
+    /// A free send slot, or `None` when all are in flight.
     pub(crate) fn alloc(&self) -> Option<SendBuf> {
-        self.free.pop().map(|buf| SendBuf {
-            inner: SendInner::Heap(HeapSend {
-                buf,
-                pool: Arc::clone(&self.free),
-            }),
+        self.take().map(|send| SendBuf {
+            inner: SendInner::Heap(send),
         })
-    }
-
-    pub(crate) fn slot_size(&self) -> usize {
-        self.slot_size
     }
 }
 

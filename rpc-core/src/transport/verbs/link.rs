@@ -1,5 +1,9 @@
-//! A verbs link: one RC QP with a receive ring and a send ring, and the buffers handed to the
-//! runtime ([`VerbsRecv`], [`VerbsSend`]).
+//! A verbs link: one RC QP with a receive ring and a send ring ([`LinkInner`]), and the
+//! buffers handed to the runtime ([`VerbsRecv`], [`VerbsSend`]). The runtime's face of it,
+//! [`VerbsLink`](super::handle::VerbsLink), is in `handle.rs`: it converts to and from
+//! transport/mod.rs's buffer enums, and those enums name this file's buffer types, so this file
+//! imports nothing from transport/mod.rs (`scripts/check-modules` would see a cycle). The
+//! buffers hold an `Arc<LinkInner>`, not a trait object, so a frame costs no virtual call.
 //!
 //! **Receive ring.** `slot_count` slots of `slot_size` bytes in one registered region, all
 //! posted before the connection is established (the HELLO promises them to the peer). A RECV
@@ -23,6 +27,8 @@
 //! key its work requests' wr_ids carry (see the `wr_id` module), and removes itself when it is
 //! released. It is closed through the table's side queue (`close_with`): by `Link::close`, or
 //! by the endpoint's cm event thread (`close_by_event`).
+//!
+//! [`Link::take_reposted`]: crate::transport::Link::take_reposted
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -35,11 +41,10 @@ use super::cm::CmEvent;
 use super::cq::CqeReservation;
 use super::events::CmDispatcher;
 use super::mr::Region;
-use super::qp::{Qp, QpAttributes, SendWr};
+use super::qp::{Qp, SendWr};
 use super::table::LinkTable;
 use super::wr_id::wr_id;
 use crate::protocol::v2::Hello;
-use crate::transport::{Link, LinkId, SendBuf, SendInner};
 use crate::Error;
 
 /// The link table of an endpoint.
@@ -63,7 +68,9 @@ pub(super) struct LinkInner {
     send: Region,
     _reservation: CqeReservation,
     key: u32,
-    id: LinkId,
+    /// The link's `transport::LinkId`, spelled out as its type: naming the alias would import
+    /// transport/mod.rs, whose buffer enums name [`VerbsRecv`] and [`VerbsSend`] of this file.
+    id: u64,
     free: ArrayQueue<u32>,
     send_state: Mutex<SendState>,
     reposted: CreditLedger,
@@ -86,7 +93,7 @@ pub(super) struct LinkParts {
     pub(super) recv: Region,
     pub(super) send: Region,
     pub(super) reservation: CqeReservation,
-    pub(super) id: LinkId,
+    pub(super) id: u64,
     pub(super) local_hello: Hello,
     pub(super) peer_name: String,
     pub(super) links: Arc<Links>,
@@ -148,7 +155,7 @@ impl LinkInner {
         self.key
     }
 
-    pub(super) fn id(&self) -> LinkId {
+    pub(super) fn id(&self) -> u64 {
         self.id
     }
 
@@ -160,12 +167,25 @@ impl LinkInner {
         let _ = self.peer_hello.set(hello);
     }
 
-    fn peer_hello(&self) -> Hello {
+    pub(super) fn local_hello(&self) -> Hello {
+        self.local_hello
+    }
+
+    pub(super) fn peer_hello(&self) -> Hello {
         *self.peer_hello.get().unwrap_or(&self.local_hello)
     }
 
+    pub(super) fn peer_name(&self) -> &str {
+        &self.peer_name
+    }
+
+    /// Re-posted receive slots not yet taken as credits, and the owed credits published.
+    pub(super) fn credits(&self) -> &CreditLedger {
+        &self.reposted
+    }
+
     /// The largest frame this side may send: its own slot, and the peer's receive slot.
-    fn send_limit(&self) -> usize {
+    pub(super) fn send_limit(&self) -> usize {
         self.send
             .slot_size()
             .min(self.peer_hello().slot_size as usize)
@@ -318,12 +338,44 @@ impl LinkInner {
         result
     }
 
+    /// Posts the first `len` bytes of `send`'s slot, after the SENDs held before it.
+    pub(super) fn post_send(&self, send: VerbsSend, len: usize) -> Result<(), Error> {
+        let mut state = self.send_state.lock();
+        self.hold(&mut state, send, len);
+        self.post_held(&mut state)
+    }
+
+    /// Holds the SEND of the first `len` bytes of `send`'s slot for [`LinkInner::flush_sends`].
+    pub(super) fn post_send_batched(&self, send: VerbsSend, len: usize) {
+        let mut state = self.send_state.lock();
+        self.hold(&mut state, send, len);
+    }
+
+    /// Posts the SENDs held by [`LinkInner::post_send_batched`].
+    pub(super) fn flush_sends(&self) -> Result<(), Error> {
+        let mut state = self.send_state.lock();
+        self.post_held(&mut state)
+    }
+
     /// Builds the receive buffer handed up for a completed slot.
     pub(super) fn recv_buf(self: &Arc<Self>, slot: u32) -> VerbsRecv {
         VerbsRecv {
             link: self.clone(),
             slot,
         }
+    }
+
+    /// A free send slot, or `None` when all are in flight or the link is closing.
+    pub(super) fn alloc_send(self: &Arc<Self>) -> Option<VerbsSend> {
+        if self.is_closing() {
+            return None;
+        }
+        let slot = self.free.pop()?;
+        Some(VerbsSend {
+            link: self.clone(),
+            slot,
+            posted: false,
+        })
     }
 }
 
@@ -387,6 +439,11 @@ impl VerbsSend {
         let slot = unsafe { self.link.send.slot_mut(self.slot) };
         &mut slot[..limit]
     }
+
+    /// Whether this slot is one of `link`'s.
+    pub(super) fn belongs_to(&self, link: &Arc<LinkInner>) -> bool {
+        Arc::ptr_eq(&self.link, link)
+    }
 }
 
 impl Drop for VerbsSend {
@@ -394,128 +451,5 @@ impl Drop for VerbsSend {
         if !self.posted {
             let _ = self.link.free.push(self.slot);
         }
-    }
-}
-
-/// The [`Link`] of the verbs transport.
-pub struct VerbsLink {
-    inner: Arc<LinkInner>,
-}
-
-impl VerbsLink {
-    /// The send slot of `buf`, once it is known to be this link's and `len` to fit it.
-    fn checked(&self, buf: SendBuf, len: usize) -> Result<VerbsSend, Error> {
-        let send = match buf.inner {
-            SendInner::Verbs(send) => send,
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(Error::Verbs {
-                    call: "ibv_post_send",
-                    reason: "the buffer was not allocated by a verbs link".into(),
-                })
-            }
-        };
-        let link = &self.inner;
-        if !Arc::ptr_eq(&send.link, link) {
-            return Err(Error::Verbs {
-                call: "ibv_post_send",
-                reason: "the buffer belongs to another link".into(),
-            });
-        }
-        let limit = link.send_limit();
-        if len > limit {
-            return Err(Error::FrameTooLarge {
-                len,
-                slot_size: limit,
-            });
-        }
-        if link.is_closing() {
-            return Err(Error::ConnectionClosed(link.close_reason()));
-        }
-        Ok(send)
-    }
-
-    pub(super) fn new(inner: Arc<LinkInner>) -> VerbsLink {
-        VerbsLink { inner }
-    }
-
-    /// The QP's attributes as the device reports them (RNR and retry settings, path MTU,
-    /// queue depths, inline limit).
-    pub fn qp_attributes(&self) -> Result<QpAttributes, Error> {
-        self.inner.qp().attributes()
-    }
-}
-
-impl Link for VerbsLink {
-    fn id(&self) -> LinkId {
-        self.inner.id
-    }
-
-    fn alloc_send(&self) -> Option<SendBuf> {
-        if self.inner.is_closing() {
-            return None;
-        }
-        let slot = self.inner.free.pop()?;
-        Some(SendBuf {
-            inner: SendInner::Verbs(VerbsSend {
-                link: self.inner.clone(),
-                slot,
-                posted: false,
-            }),
-        })
-    }
-
-    fn send_slot_size(&self) -> usize {
-        self.inner.send_limit()
-    }
-
-    fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
-        rpc_sync::assert_unlocked("posting a frame");
-        let send = self.checked(buf, len)?;
-        let mut state = self.inner.send_state.lock();
-        self.inner.hold(&mut state, send, len);
-        self.inner.post_held(&mut state)
-    }
-
-    fn post_send_batched(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
-        rpc_sync::assert_unlocked("posting a frame");
-        let send = self.checked(buf, len)?;
-        let mut state = self.inner.send_state.lock();
-        self.inner.hold(&mut state, send, len);
-        Ok(())
-    }
-
-    fn flush_sends(&self) -> Result<(), Error> {
-        rpc_sync::assert_unlocked("posting frames");
-        let mut state = self.inner.send_state.lock();
-        self.inner.post_held(&mut state)
-    }
-
-    fn take_reposted(&self) -> u32 {
-        self.inner.reposted.take_released()
-    }
-
-    fn publish_owed(&self, owed: u32) -> u32 {
-        self.inner.reposted.publish_owed(owed)
-    }
-
-    fn credits_due(&self, threshold: u32) -> bool {
-        self.inner.reposted.due(threshold)
-    }
-
-    fn local_hello(&self) -> Hello {
-        self.inner.local_hello
-    }
-
-    fn peer_hello(&self) -> Hello {
-        self.inner.peer_hello()
-    }
-
-    fn peer_name(&self) -> String {
-        self.inner.peer_name.clone()
-    }
-
-    fn close(&self) {
-        self.inner.close_with("closed locally".to_string());
     }
 }

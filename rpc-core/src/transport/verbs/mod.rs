@@ -19,8 +19,9 @@
 //!   modules know nothing of links, keys or completions' meaning.
 //! * **Policy**, which depends on ownership and never the reverse: `wr_id` (what a work
 //!   request's id encodes), `table` (link key → link, the side queue of closed links, the
-//!   poller's wake-up), `link` (rings, credits, sends; [`VerbsLink`]), `events` (the rdma_cm
-//!   event thread), `completions` (work completions →
+//!   poller's wake-up), `link` (rings, credits, sends; the buffers [`VerbsRecv`] and
+//!   [`VerbsSend`]), `handle` ([`VerbsLink`]: the [`Link`](crate::transport::Link) over a
+//!   link), `events` (the rdma_cm event thread), `completions` (work completions →
 //!   [`Completion`](crate::transport::Completion)s; [`VerbsCq`]) and `endpoint` (connect,
 //!   listen, accept).
 //!
@@ -115,6 +116,7 @@ mod sys;
 mod completions;
 mod endpoint;
 mod events;
+mod handle;
 mod link;
 mod table;
 mod wr_id;
@@ -124,5 +126,6 @@ mod tests;
 
 pub use completions::VerbsCq;
 pub use endpoint::{verbs_device_for, VerbsAcceptor, VerbsEndpoint, HANDSHAKE_TIMEOUT};
-pub use link::{VerbsLink, VerbsRecv, VerbsSend};
+pub use handle::VerbsLink;
+pub use link::{VerbsRecv, VerbsSend};
 pub use qp::QpAttributes;
