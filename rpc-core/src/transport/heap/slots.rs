@@ -8,12 +8,46 @@
 
 use std::sync::Arc;
 
-use crossbeam::queue::ArrayQueue;
-use rpc_sync::CreditLedger;
+use rpc_sync::{CreditLedger, Mutex};
+
+/// Free slots, taken and given back from any thread: a stack under a short lock (never held
+/// but to push or pop), most recently returned first (its bytes likely still in cache). A lock
+/// and a `Vec` cost fewer instructions per slot than a lock-free queue's sequence stamps, and
+/// the slots are fixed in number, so the stack never grows past them.
+struct SlotStack {
+    slots: Mutex<Vec<Vec<u8>>>,
+    /// The slots it holds when all are home.
+    count: usize,
+}
+
+impl SlotStack {
+    fn full(count: u32, size: u32) -> SlotStack {
+        let slots = (0..count).map(|_| vec![0u8; size as usize]).collect();
+        SlotStack {
+            slots: Mutex::new(slots),
+            count: count as usize,
+        }
+    }
+
+    fn pop(&self) -> Option<Vec<u8>> {
+        self.slots.lock().pop()
+    }
+
+    /// Gives `slot` back; `false` (and the slot dropped) if the stack already holds all of
+    /// them, which only a slot of another ring could cause.
+    fn push(&self, slot: Vec<u8>) -> bool {
+        let mut slots = self.slots.lock();
+        if slots.len() >= self.count {
+            return false;
+        }
+        slots.push(slot);
+        true
+    }
+}
 
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
-    posted: ArrayQueue<Vec<u8>>,
+    posted: SlotStack,
     credits: CreditLedger,
     slot_size: usize,
 }
@@ -21,17 +55,11 @@ pub(crate) struct HeapRecvRing {
 impl HeapRecvRing {
     /// A ring of `count` posted slots of `size` bytes.
     pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
-        let ring = HeapRecvRing {
-            posted: ArrayQueue::new(count as usize),
+        Arc::new(HeapRecvRing {
+            posted: SlotStack::full(count, size),
             credits: CreditLedger::new(),
             slot_size: size as usize,
-        };
-        for _ in 0..count {
-            ring.posted
-                .push(vec![0u8; size as usize])
-                .expect("ring has room for its slots");
-        }
-        Arc::new(ring)
+        })
     }
 
     /// Size of each slot.
@@ -76,7 +104,7 @@ impl Drop for HeapRecv {
         let buf = std::mem::take(&mut self.buf);
         // The slot must be back in the pool before the credit is counted: the peer may send
         // into it as soon as it learns of the credit.
-        if self.ring.posted.push(buf).is_ok() {
+        if self.ring.posted.push(buf) {
             self.ring.credits.release();
         }
     }
@@ -84,7 +112,7 @@ impl Drop for HeapRecv {
 
 /// Free send slots.
 pub(crate) struct HeapSendPool {
-    free: Arc<ArrayQueue<Vec<u8>>>,
+    free: Arc<SlotStack>,
     slot_size: usize,
 }
 
@@ -92,7 +120,7 @@ pub(crate) struct HeapSendPool {
 /// not.
 pub(crate) struct HeapSend {
     buf: Vec<u8>,
-    pool: Arc<ArrayQueue<Vec<u8>>>,
+    pool: Arc<SlotStack>,
 }
 
 impl HeapSend {
@@ -107,20 +135,15 @@ impl HeapSend {
 
 impl Drop for HeapSend {
     fn drop(&mut self) {
-        let _ = self.pool.push(std::mem::take(&mut self.buf));
+        self.pool.push(std::mem::take(&mut self.buf));
     }
 }
 
 impl HeapSendPool {
     /// A pool of `count` slots of `size` bytes.
     pub(crate) fn new(count: u32, size: u32) -> HeapSendPool {
-        let free = ArrayQueue::new(count as usize);
-        for _ in 0..count {
-            free.push(vec![0u8; size as usize])
-                .expect("pool has room for its slots");
-        }
         HeapSendPool {
-            free: Arc::new(free),
+            free: Arc::new(SlotStack::full(count, size)),
             slot_size: size as usize,
         }
     }
