@@ -5,9 +5,6 @@
 use crate::protocol::v2::metadata as wire;
 use crate::Error;
 
-/// The entries of a [`MetadataMap`]: names and values, in order.
-type Entries = Vec<(String, Vec<u8>)>;
-
 /// Metadata entries in the order they were added; a name may repeat.
 ///
 /// ```
@@ -21,22 +18,26 @@ type Entries = Vec<(String, Vec<u8>)>;
 /// ```
 #[derive(Clone, Default)]
 pub struct MetadataMap {
-    /// `None` while there are none: an empty map, what most calls carry, is one word that
-    /// every request, response and status moves around, and allocates nothing.
-    entries: Option<Box<Entries>>,
+    /// The entries as the wire's metadata block (`docs/PROTOCOL.md` §10), every one checked:
+    /// one buffer for them all, sent as it is and filled from a received block with one copy.
+    /// Empty (no allocation) while there are none, what most calls carry.
+    block: Vec<u8>,
 }
+
+/// Bytes a map reserves for its entries at its first insertion.
+const FIRST_BLOCK: usize = 128;
 
 impl std::fmt::Debug for MetadataMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetadataMap")
-            .field("entries", &self.list())
+            .field("entries", &self.iter().collect::<Vec<_>>())
             .finish()
     }
 }
 
 impl PartialEq for MetadataMap {
     fn eq(&self, other: &Self) -> bool {
-        self.list() == other.list()
+        self.iter().eq(other.iter())
     }
 }
 
@@ -45,46 +46,56 @@ impl Eq for MetadataMap {}
 impl MetadataMap {
     /// An empty map (no allocation).
     pub const fn new() -> Self {
-        MetadataMap { entries: None }
-    }
-
-    fn list(&self) -> &[(String, Vec<u8>)] {
-        self.entries.as_deref().map_or(&[], Vec::as_slice)
-    }
-
-    fn list_mut(&mut self) -> &mut Entries {
-        self.entries.get_or_insert_with(Box::default)
+        MetadataMap { block: Vec::new() }
     }
 
     /// Sets `key` to the ASCII `value`, replacing earlier values. Keys are lower-cased.
     pub fn insert(&mut self, key: &str, value: &str) -> Result<(), Error> {
-        let key = checked(key, value.as_bytes(), false)?;
-        self.remove(&key);
-        self.list_mut().push((key, value.as_bytes().to_vec()));
+        check(key, value.as_bytes(), false)?;
+        self.remove(key);
+        self.push(key, value.as_bytes());
         Ok(())
     }
 
     /// Adds an ASCII `value` for `key`, keeping earlier ones.
     pub fn append(&mut self, key: &str, value: &str) -> Result<(), Error> {
-        let key = checked(key, value.as_bytes(), false)?;
-        self.list_mut().push((key, value.as_bytes().to_vec()));
+        check(key, value.as_bytes(), false)?;
+        self.push(key, value.as_bytes());
         Ok(())
     }
 
     /// Sets the binary `key` (its name must end in `-bin`) to `value`, replacing earlier
     /// values.
     pub fn insert_bin(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
-        let key = checked(key, value, true)?;
-        self.remove(&key);
-        self.list_mut().push((key, value.to_vec()));
+        check(key, value, true)?;
+        self.remove(key);
+        self.push(key, value);
         Ok(())
     }
 
     /// Adds a binary `value` for `key` (ending in `-bin`), keeping earlier ones.
     pub fn append_bin(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
-        let key = checked(key, value, true)?;
-        self.list_mut().push((key, value.to_vec()));
+        check(key, value, true)?;
+        self.push(key, value);
         Ok(())
+    }
+
+    /// Appends an entry whose key and value passed [`check`]; the key goes in lower-cased.
+    fn push(&mut self, key: &str, value: &[u8]) {
+        let block = &mut self.block;
+        let len = wire::entry_len(key, value);
+        // Room for a few entries at the first: one allocation for what a call usually carries.
+        block.reserve(if block.capacity() == 0 {
+            len.max(FIRST_BLOCK)
+        } else {
+            len
+        });
+        block.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        let name_at = block.len();
+        block.extend_from_slice(key.as_bytes());
+        block[name_at..].make_ascii_lowercase();
+        block.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        block.extend_from_slice(value);
     }
 
     /// The first ASCII value of `key`.
@@ -104,28 +115,31 @@ impl MetadataMap {
     }
 
     fn get_raw(&self, key: &str) -> Option<&[u8]> {
-        self.list()
-            .iter()
+        self.iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| v)
     }
 
     /// Every value of `key`, in order.
     pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.list()
-            .iter()
+        self.iter()
             .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| v)
     }
 
     /// Removes every value of `key`; returns whether there was one.
     pub fn remove(&mut self, key: &str) -> bool {
-        let Some(entries) = self.entries.as_mut() else {
+        if self.block.is_empty() || !self.contains_key(key) {
             return false;
-        };
-        let before = entries.len();
-        entries.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
-        entries.len() != before
+        }
+        let mut kept = Vec::with_capacity(self.block.len());
+        for (k, v) in wire::checked_entries(&self.block) {
+            if !k.eq_ignore_ascii_case(key) {
+                wire::push_entry(&mut kept, k, v);
+            }
+        }
+        self.block = kept;
+        true
     }
 
     /// Whether `key` has a value.
@@ -135,61 +149,58 @@ impl MetadataMap {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.list().len()
+        self.iter().count()
     }
 
     /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.list().is_empty()
+        self.block.is_empty()
     }
 
     /// The entries as `(name, value)`, in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.list().iter().map(|(k, v)| (k.as_str(), v.as_slice()))
+        wire::checked_entries(&self.block)
     }
 
     /// Appends every entry of `other`.
     pub fn extend(&mut self, other: MetadataMap) {
-        if let Some(entries) = other.entries {
-            match &mut self.entries {
-                Some(mine) => mine.extend(*entries),
-                None => self.entries = Some(entries),
-            }
+        if self.block.is_empty() {
+            self.block = other.block;
+        } else {
+            self.block.extend_from_slice(&other.block);
         }
     }
 
     /// The entries as the wire's metadata block (`docs/PROTOCOL.md` §8).
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut block = Vec::with_capacity(self.encoded_len());
-        for (k, v) in self.list() {
-            wire::push_entry(&mut block, k, v);
-        }
-        block
+        self.block.clone()
     }
 
-    /// Bytes of [`MetadataMap::encode`].
-    pub(crate) fn encoded_len(&self) -> usize {
-        self.list().iter().map(|(k, v)| wire::entry_len(k, v)).sum()
+    /// The block itself, without a copy (see [`MetadataMap::encode`]).
+    pub(crate) fn as_block(&self) -> &[u8] {
+        &self.block
     }
 
     /// The custom entries of a validated block (the reserved `grpc-` ones are left out).
     pub(crate) fn from_block(block: &[u8]) -> MetadataMap {
-        let entries: Vec<_> = wire::entries(block)
-            .flatten()
-            .filter(|(k, _)| !wire::is_reserved(k))
-            .map(|(k, v)| (k.to_owned(), v.to_vec()))
-            .collect();
-        MetadataMap {
-            entries: (!entries.is_empty()).then(|| Box::new(entries)),
+        if !wire::has_reserved(block) {
+            return MetadataMap {
+                block: block.to_vec(),
+            };
         }
+        let mut kept = Vec::with_capacity(block.len());
+        for (k, v) in wire::checked_entries(block).filter(|(k, _)| !wire::is_reserved(k)) {
+            wire::push_entry(&mut kept, k, v);
+        }
+        MetadataMap { block: kept }
     }
 
     /// Adds an entry another protocol delivered (the gRPC face's HTTP/2 headers), checked
     /// like [`MetadataMap::append`]; invalid or reserved ones are skipped.
     pub fn append_raw(&mut self, key: &str, value: &[u8]) -> bool {
-        match checked(key, value, key.ends_with("-bin")) {
-            Ok(key) => {
-                self.list_mut().push((key, value.to_vec()));
+        match check(key, value, key.ends_with("-bin")) {
+            Ok(()) => {
+                self.push(key, value);
                 true
             }
             Err(_) => false,
@@ -197,27 +208,38 @@ impl MetadataMap {
     }
 }
 
-/// The lower-cased `key`, if it and `value` may be sent.
-fn checked(key: &str, value: &[u8], binary: bool) -> Result<String, Error> {
-    let key = key.to_ascii_lowercase();
-    let bad = |why: &str| Err(Error::InvalidMetadata(format!("`{key}`: {why}")));
-    if !wire::valid_name(key.as_bytes()) {
+/// Whether `key` (lower-cased) and `value` may be sent, without building the lower-cased key.
+fn check(key: &str, value: &[u8], binary: bool) -> Result<(), Error> {
+    let bad = |why: &str| {
+        Err(Error::InvalidMetadata(format!(
+            "`{}`: {why}",
+            key.to_ascii_lowercase()
+        )))
+    };
+    let name_ok = (1..=255).contains(&key.len())
+        && key.bytes().all(|b| wire::name_byte(b.to_ascii_lowercase()));
+    if !name_ok {
         return bad("names are 1 to 255 characters of 0-9 a-z - _ .");
     }
-    if wire::is_reserved(&key) {
+    let starts = |prefix: &str| {
+        key.len() >= prefix.len()
+            && key.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+    };
+    if starts("grpc-") {
         return bad("names starting with `grpc-` are reserved");
     }
-    if binary != key.ends_with("-bin") {
+    let ends_bin = key.len() >= 4 && key.as_bytes()[key.len() - 4..].eq_ignore_ascii_case(b"-bin");
+    if binary != ends_bin {
         return bad(if binary {
             "binary values need a name ending in `-bin`"
         } else {
             "names ending in `-bin` take binary values (insert_bin)"
         });
     }
-    if !wire::valid_value(key.as_bytes(), value) {
+    if !binary && !wire::valid_value(b"", value) {
         return bad("ASCII values are printable characters (0x20 to 0x7E)");
     }
-    Ok(key)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,18 +11,53 @@ pub const GRPC_MESSAGE: &str = "grpc-message";
 /// The serialized `google.rpc.Status` details of a server's END.
 pub const GRPC_STATUS_DETAILS: &str = "grpc-status-details-bin";
 
+/// The bytes a metadata name may hold: `0-9 a-z - _ .` (one table look-up per byte).
+const NAME_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_digit() || c.is_ascii_lowercase() || matches!(c, b'-' | b'_' | b'.');
+        b += 1;
+    }
+    table
+};
+
+/// Whether `b` may be part of a metadata name (`0-9 a-z - _ .`).
+pub fn name_byte(b: u8) -> bool {
+    NAME_BYTES[usize::from(b)]
+}
+
 /// Whether `name` is a valid metadata name: 1 to 255 bytes of `0-9 a-z - _ .`.
 pub fn valid_name(name: &[u8]) -> bool {
-    (1..=255).contains(&name.len())
-        && name
-            .iter()
-            .all(|&b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"-_.".contains(&b))
+    (1..=255).contains(&name.len()) && name.iter().all(|&b| name_byte(b))
 }
 
 /// Whether `value` is valid for `name`: anything for `-bin` names, printable ASCII
 /// (0x20..=0x7E) otherwise.
 pub fn valid_value(name: &[u8], value: &[u8]) -> bool {
-    name.ends_with(b"-bin") || value.iter().all(|&b| (0x20..=0x7e).contains(&b))
+    name.ends_with(b"-bin") || printable(value)
+}
+
+/// Whether every byte is printable ASCII (0x20..=0x7E), eight at a time.
+fn printable(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let x = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        // A byte below 0x20 borrows into its high bit; one above 0x7E carries into it when
+        // 1 is added (0x7F + 1 = 0x80), or has it set already: either way a high bit shows.
+        let below = x.wrapping_sub(ONES * 0x20) & !x;
+        let above = x.wrapping_add(ONES) | x;
+        if (below | above) & HIGHS != 0 {
+            return false;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .all(|&b| b.wrapping_sub(0x20) < 0x5f)
 }
 
 /// Whether `name` is reserved for the protocol (`grpc-` prefix).
@@ -50,11 +85,56 @@ pub fn entries(block: &[u8]) -> Entries<'_> {
     Entries { rest: block }
 }
 
+/// The entries of a block already checked (one this side built, or one [`validate`]
+/// passed), read without checking their bytes again. Reading stops at the first entry that
+/// does not parse, which a checked block does not have.
+pub fn checked_entries(block: &[u8]) -> CheckedEntries<'_> {
+    CheckedEntries { rest: block }
+}
+
+/// Whether a checked block holds a reserved (`grpc-`) entry.
+pub fn has_reserved(block: &[u8]) -> bool {
+    let mut rest = block;
+    while let Some((name, _, next)) = split_entry(rest) {
+        if name.starts_with(b"grpc-") {
+            return true;
+        }
+        rest = next;
+    }
+    false
+}
+
+/// The first entry of a checked block, and what follows it; `None` at the end (or a cut).
+fn split_entry(rest: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let name_len = usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?));
+    let name = rest.get(2..2 + name_len)?;
+    let at = 2 + name_len;
+    let value_len = u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?) as usize;
+    let value = rest.get(at + 4..)?.get(..value_len)?;
+    Some((name, value, &rest[at + 4 + value_len..]))
+}
+
+/// Iterator over the `(name, value)` entries of a checked block; see [`checked_entries`].
+pub struct CheckedEntries<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for CheckedEntries<'a> {
+    type Item = (&'a str, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (name, value, rest) = split_entry(self.rest)?;
+        self.rest = rest;
+        Some((std::str::from_utf8(name).ok()?, value))
+    }
+}
+
 /// Checks a whole block; returns its entry count.
 pub fn validate(block: &[u8]) -> Result<usize, Error> {
+    let mut entries = entries(block);
     let mut n = 0;
-    for entry in entries(block) {
-        entry?;
+    while !entries.rest.is_empty() {
+        entries.take_raw()?;
         n += 1;
     }
     Ok(n)
@@ -82,6 +162,12 @@ impl<'a> Iterator for Entries<'a> {
 
 impl<'a> Entries<'a> {
     fn take(&mut self) -> Result<(&'a str, &'a [u8]), Error> {
+        let (name, value) = self.take_raw()?;
+        Ok((std::str::from_utf8(name).expect("checked ASCII"), value))
+    }
+
+    /// The next entry, checked, with its name as bytes (no UTF-8 look: it is ASCII).
+    fn take_raw(&mut self) -> Result<(&'a [u8], &'a [u8]), Error> {
         let bad = |what: &str| violation(Violation::MalformedMetadata, what.to_string());
         let rest = self.rest;
         if rest.len() < 2 {
@@ -109,7 +195,6 @@ impl<'a> Entries<'a> {
             return Err(bad("value of a non-`-bin` name is not printable ASCII"));
         }
         self.rest = &rest[at + 4 + value_len..];
-        let name = std::str::from_utf8(name).expect("checked ASCII");
         Ok((name, value))
     }
 }
@@ -150,6 +235,45 @@ pub fn percent_decode(value: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_name_table_admits_exactly_the_name_bytes() {
+        for b in 0..=255u8 {
+            let expected = b.is_ascii_digit() || b.is_ascii_lowercase() || b"-_.".contains(&b);
+            assert_eq!(valid_name(&[b]), expected, "byte {b:#04x}");
+            let printable = (0x20..=0x7e).contains(&b);
+            assert_eq!(valid_value(b"x", &[b]), printable, "value byte {b:#04x}");
+        }
+        // Eight bytes at a time: each byte value at each place of a word, and in the tail.
+        for b in 0..=255u8 {
+            let printable = (0x20..=0x7e).contains(&b);
+            for at in 0..19 {
+                let mut value = [b'a'; 19];
+                value[at] = b;
+                assert_eq!(
+                    valid_value(b"x", &value),
+                    printable,
+                    "byte {b:#04x} at {at}"
+                );
+            }
+        }
+        assert!(!valid_name(b""));
+        assert!(!valid_name(&[b'a'; 256]));
+        assert!(valid_value(b"x-bin", &[0, 0xff]));
+    }
+
+    #[test]
+    fn checked_entries_read_what_was_pushed_and_stop_at_a_cut() {
+        let mut block = Vec::new();
+        push_entry(&mut block, "x-user", b"alice");
+        push_entry(&mut block, "trace-bin", &[0, 255, 10]);
+        let got: Vec<_> = checked_entries(&block).collect();
+        assert_eq!(
+            got,
+            vec![("x-user", &b"alice"[..]), ("trace-bin", &[0, 255, 10][..])]
+        );
+        assert_eq!(checked_entries(&block[..block.len() - 1]).count(), 1);
+    }
 
     #[test]
     fn blocks_round_trip() {

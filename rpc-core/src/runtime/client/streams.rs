@@ -21,11 +21,11 @@ use crate::{MetadataMap, Request, Response, Status};
 /// The metadata block of a HEADERS frame carrying `metadata`; `None` (no HEADERS frame) when
 /// there is none and `always` is false (a call that opens with its message needs none). No
 /// metadata, no encoding and no allocation.
-pub(super) fn headers_block(metadata: &MetadataMap, always: bool) -> Option<Vec<u8>> {
+pub(super) fn headers_block(metadata: &MetadataMap, always: bool) -> Option<&[u8]> {
     if metadata.is_empty() {
-        always.then(Vec::new)
+        always.then_some(&[])
     } else {
-        Some(metadata.encode())
+        Some(metadata.as_block())
     }
 }
 
@@ -69,7 +69,8 @@ impl Client {
         let (timeout_us, deadline) = self.timing(request);
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
-        let headers = headers_block(request.metadata(), message.is_none());
+        let headers = headers_block(request.metadata(), message.is_none())
+            .map(|block| conn.encode_block(Kind::Headers, block));
         native.endpoint.call_started(true);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),

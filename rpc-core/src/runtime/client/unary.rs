@@ -211,7 +211,8 @@ impl Client {
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.set(blocking);
-        let headers = headers_block(request.metadata(), false);
+        let headers =
+            headers_block(request.metadata(), false).map(|b| conn.encode_block(Kind::Headers, b));
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         native.endpoint.call_started(false);
         conn.submit(Work::Open(OpenCall {

@@ -144,12 +144,43 @@ impl Conn {
     /// into segments.
     pub(crate) fn encode(&self, kind: Kind, fl: u16, message: &dyn Encode) -> Outgoing<SendBuf> {
         let len = message.encoded_len();
+        self.framed(
+            kind,
+            fl,
+            len,
+            |slot| message.encode_into(slot),
+            || message.encode_to_vec(len),
+        )
+    }
+
+    /// A metadata block as the payload of a `kind` frame (HEADERS), in a send slot as
+    /// [`Conn::encode`] puts a message: the frame can then leave at once, unqueued.
+    pub(crate) fn encode_block(&self, kind: Kind, block: &[u8]) -> Outgoing<SendBuf> {
+        self.framed(
+            kind,
+            0,
+            block.len(),
+            |slot| slot.copy_from_slice(block),
+            || block.to_vec(),
+        )
+    }
+
+    /// A frame of `len` payload bytes: `fill` writes them into a send slot when they fit one
+    /// frame and a slot is free, else `spill` makes the buffer the core cuts into segments.
+    fn framed(
+        &self,
+        kind: Kind,
+        fl: u16,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        spill: impl FnOnce() -> Vec<u8>,
+    ) -> Outgoing<SendBuf> {
         let payload = match (len <= self.max_segment).then(|| self.link.alloc_send()) {
             Some(Some(mut buf)) => {
-                message.encode_into(&mut buf[HEADER_LEN..HEADER_LEN + len]);
+                fill(&mut buf[HEADER_LEN..HEADER_LEN + len]);
                 Body::InBuffer(buf, len)
             }
-            _ => Body::Bytes(message.encode_to_vec(len)),
+            _ => Body::Bytes(spill()),
         };
         Outgoing {
             kind,

@@ -157,8 +157,7 @@ impl Conn {
             owned.core.set_deadline(id, d);
         }
         let mut sent = Ok(());
-        if let Some(block) = headers {
-            let frame = block_frame(Kind::Headers, block);
+        if let Some(frame) = headers {
             sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
         }
         if let (Ok(()), Some(frame)) = (&sent, message) {

@@ -92,7 +92,7 @@ pub(crate) struct OpenCall {
     pub(crate) method: u32,
     pub(crate) timeout_us: u32,
     pub(crate) deadline: Option<Instant>,
-    pub(crate) headers: Option<Vec<u8>>,
+    pub(crate) headers: Option<Outgoing<SendBuf>>,
     pub(crate) message: Option<Outgoing<SendBuf>>,
 }
 
