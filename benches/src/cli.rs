@@ -130,6 +130,8 @@ pub struct InprocArgs {
     pub default_spin: bool,
     /// Serve the async handlers (rpc-codegen's default) instead of the synchronous ones.
     pub async_handlers: bool,
+    /// Each call as an application makes it: with a deadline and two metadata entries.
+    pub realistic: bool,
 }
 
 /// `rpc-bench tcp-conns`.
@@ -177,6 +179,7 @@ usage:
   rpc-bench stream --connect ADDR:PORT [--transport tcp|verbs] --size N --count N [--warmup N]
   rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
   rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin] [--async]
+                   [--realistic]
   rpc-bench tcp-conns [--conns 2000]
 
 `rpc-bench COMMAND --help` describes each command.
@@ -247,10 +250,12 @@ where the percentage is CPU seconds / wall seconds x 100.
 
 const INPROC_USAGE: &str = "\
 usage: rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
+                       [--async] [--realistic]
 
 In one process: an `ours` echo server on mem:bench (the in-process transport), handler
 inline (--pool: on the worker pool; --async: the async handler rpc-codegen generates by
-default), and a client making N blocking calls of --size bytes. Both pollers sleep as soon as
+default), and a client making N blocking calls of --size bytes (--realistic: each with a
+deadline of 10 s and two metadata entries, a request id and a bearer token). Both pollers sleep as soon as
 their queue is empty (idle spin 0), so no busy-polling is counted. Prints {\"calls\":N}.
 Meant to run under `valgrind --tool=callgrind` with two values of N: the difference of
 the instruction counts divided by the difference of N is the cost of one round trip.
@@ -566,10 +571,9 @@ fn parse_idle(args: &[String]) -> Result<Command, Failure> {
 }
 
 fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
-    let (flags, rest): (Vec<String>, Vec<String>) = args
-        .iter()
-        .cloned()
-        .partition(|a| a == "--pool" || a == "--default-spin" || a == "--async");
+    let (flags, rest): (Vec<String>, Vec<String>) = args.iter().cloned().partition(|a| {
+        ["--pool", "--default-spin", "--async", "--realistic"].contains(&a.as_str())
+    });
     let opts = Options::parse(&rest, &["calls", "size", "warmup"])?;
     let size = usize::try_from(opts.number("size")?.unwrap_or(64))
         .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
@@ -582,6 +586,7 @@ fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
         pool: flags.iter().any(|f| f == "--pool"),
         default_spin: flags.iter().any(|f| f == "--default-spin"),
         async_handlers: flags.iter().any(|f| f == "--async"),
+        realistic: flags.iter().any(|f| f == "--realistic"),
     }))
 }
 
@@ -703,5 +708,10 @@ mod tests {
             panic!("inproc --async")
         };
         assert!(inproc.async_handlers && inproc.pool && !inproc.default_spin);
+        assert!(!inproc.realistic);
+        let Ok(Command::Inproc(inproc)) = parse(args("inproc --calls 10 --realistic")) else {
+            panic!("inproc --realistic")
+        };
+        assert!(inproc.realistic && !inproc.pool && !inproc.async_handlers);
     }
 }

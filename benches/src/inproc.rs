@@ -97,9 +97,12 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
         if seq == args.warmup {
             start = Some((allocations.map(|f| f()), rpc_core::wakeups_issued()));
         }
-        let request = EchoRequest {
+        let mut request = rpc_core::Request::new(EchoRequest {
             payload: payload.request(seq),
-        };
+        });
+        if args.realistic {
+            realistic(&mut request, seq);
+        }
         match echo.echo(request).map(rpc_core::Response::into_inner) {
             Ok(reply) if payload.matches(seq, &reply.payload) => {}
             Ok(_) => failed += 1,
@@ -126,15 +129,33 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
     Ok(result)
 }
 
+/// What an application's call usually carries: a deadline, a request id and a credential.
+fn realistic(request: &mut rpc_core::Request<EchoRequest>, seq: u64) {
+    request.set_timeout(crate::ours::CALL_TIMEOUT);
+    let metadata = request.metadata_mut();
+    // The id as an application would have it at hand (not formatted through `fmt`).
+    let mut id = [b'0'; 16];
+    for (i, digit) in id.iter_mut().enumerate() {
+        *digit = b"0123456789abcdef"[((seq >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    let id = std::str::from_utf8(&id).expect("hex digits");
+    for (key, value) in [("x-request-id", id), ("authorization", "Bearer 3q2+7w==")] {
+        metadata
+            .insert(key, value)
+            .expect("valid ASCII metadata entries");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     // One test: every run binds the same in-process address.
     #[test]
     fn round_trips_in_process() {
-        for (pool, default_spin, async_handlers) in [
-            (false, false, false),
-            (false, true, true),
-            (true, true, true),
+        for (pool, default_spin, async_handlers, realistic) in [
+            (false, false, false, false),
+            (false, false, false, true),
+            (false, true, true, false),
+            (true, true, true, true),
         ] {
             let args = crate::cli::InprocArgs {
                 calls: 50,
@@ -143,6 +164,7 @@ mod tests {
                 pool,
                 default_spin,
                 async_handlers,
+                realistic,
             };
             let result = super::run(&args, None).unwrap();
             assert_eq!(result.failed, 0, "{args:?}");
