@@ -115,15 +115,15 @@ impl MetadataMap {
     }
 
     fn get_raw(&self, key: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        wire::checked_raw_entries(&self.block)
+            .find(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes()))
             .map(|(_, v)| v)
     }
 
     /// Every value of `key`, in order.
     pub fn get_all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.iter()
-            .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
+        wire::checked_raw_entries(&self.block)
+            .filter(move |(k, _)| k.eq_ignore_ascii_case(key.as_bytes()))
             .map(|(_, v)| v)
     }
 

@@ -94,14 +94,18 @@ pub fn checked_entries(block: &[u8]) -> CheckedEntries<'_> {
 
 /// Whether a checked block holds a reserved (`grpc-`) entry.
 pub fn has_reserved(block: &[u8]) -> bool {
+    checked_raw_entries(block).any(|(name, _)| name.starts_with(b"grpc-"))
+}
+
+/// The entries of a checked block with their names as bytes (see [`checked_entries`]): for
+/// looking a name up without reading it as UTF-8.
+pub fn checked_raw_entries(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     let mut rest = block;
-    while let Some((name, _, next)) = split_entry(rest) {
-        if name.starts_with(b"grpc-") {
-            return true;
-        }
+    std::iter::from_fn(move || {
+        let (name, value, next) = split_entry(rest)?;
         rest = next;
-    }
-    false
+        Some((name, value))
+    })
 }
 
 /// The first entry of a checked block, and what follows it; `None` at the end (or a cut).
@@ -168,6 +172,26 @@ impl<'a> Entries<'a> {
 
     /// The next entry, checked, with its name as bytes (no UTF-8 look: it is ASCII).
     fn take_raw(&mut self) -> Result<(&'a [u8], &'a [u8]), Error> {
+        match split_entry(self.rest) {
+            Some((name, value, rest)) if valid_name(name) && valid_value(name, value) => {
+                self.rest = rest;
+                Ok((name, value))
+            }
+            _ => Err(self.diagnose()),
+        }
+    }
+
+    /// What is wrong with the next entry (the slow path of [`Entries::take_raw`], which found
+    /// something wrong).
+    fn diagnose(&self) -> Error {
+        match self.check_next() {
+            Err(e) => e,
+            Ok(()) => violation(Violation::MalformedMetadata, "malformed entry".to_string()),
+        }
+    }
+
+    /// Checks the next entry step by step, naming the first thing wrong.
+    fn check_next(&self) -> Result<(), Error> {
         let bad = |what: &str| violation(Violation::MalformedMetadata, what.to_string());
         let rest = self.rest;
         if rest.len() < 2 {
@@ -194,8 +218,7 @@ impl<'a> Entries<'a> {
         if !valid_value(name, value) {
             return Err(bad("value of a non-`-bin` name is not printable ASCII"));
         }
-        self.rest = &rest[at + 4 + value_len..];
-        Ok((name, value))
+        Ok(())
     }
 }
 
