@@ -229,8 +229,16 @@ impl Conn {
     }
 
     /// Posts what the core has ready, while send slots last, as one batch (over TCP: one
-    /// write for all the segments of a message).
+    /// write for all the segments of a message). Most steps have nothing queued (their frame
+    /// left directly): they pay only the look at the core.
+    #[inline]
     fn transmit(&self, owned: &mut Owned) {
+        if owned.core.wants_transmit() {
+            self.transmit_queued(owned);
+        }
+    }
+
+    fn transmit_queued(&self, owned: &mut Owned) {
         let mut posted = false;
         while owned.core.wants_transmit() {
             match owned.core.poll_transmit(&mut || self.link.alloc_send()) {
