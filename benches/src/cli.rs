@@ -132,6 +132,9 @@ pub struct InprocArgs {
     pub async_handlers: bool,
     /// Each call as an application makes it: with a deadline and two metadata entries.
     pub realistic: bool,
+    /// Serve and call over RDMA verbs on this address (`--verbs ADDR:PORT`) instead of the
+    /// in-process transport; the result then counts posts and polls per message.
+    pub verbs: Option<String>,
 }
 
 /// `rpc-bench tcp-conns`.
@@ -179,7 +182,7 @@ usage:
   rpc-bench stream --connect ADDR:PORT [--transport tcp|verbs] --size N --count N [--warmup N]
   rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
   rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin] [--async]
-                   [--realistic]
+                   [--realistic] [--verbs ADDR:PORT]
   rpc-bench tcp-conns [--conns 2000]
 
 `rpc-bench COMMAND --help` describes each command.
@@ -250,12 +253,14 @@ where the percentage is CPU seconds / wall seconds x 100.
 
 const INPROC_USAGE: &str = "\
 usage: rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
-                       [--async] [--realistic]
+                       [--async] [--realistic] [--verbs ADDR:PORT]
 
 In one process: an `ours` echo server on mem:bench (the in-process transport), handler
 inline (--pool: on the worker pool; --async: the async handler rpc-codegen generates by
 default), and a client making N blocking calls of --size bytes (--realistic: each with a
-deadline of 10 s and two metadata entries, a request id and a bearer token). Both pollers sleep as soon as
+deadline of 10 s and two metadata entries, a request id and a bearer token). --verbs serves
+and calls over RDMA verbs on ADDR:PORT instead (an RDMA device must serve ADDR), and counts
+the process's ibv_post_send calls and completion-queue polls per message. Both pollers sleep as soon as
 their queue is empty (idle spin 0), so no busy-polling is counted. Prints {\"calls\":N}.
 Meant to run under `valgrind --tool=callgrind` with two values of N: the difference of
 the instruction counts divided by the difference of N is the cost of one round trip.
@@ -574,7 +579,7 @@ fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
     let (flags, rest): (Vec<String>, Vec<String>) = args.iter().cloned().partition(|a| {
         ["--pool", "--default-spin", "--async", "--realistic"].contains(&a.as_str())
     });
-    let opts = Options::parse(&rest, &["calls", "size", "warmup"])?;
+    let opts = Options::parse(&rest, &["calls", "size", "warmup", "verbs"])?;
     let size = usize::try_from(opts.number("size")?.unwrap_or(64))
         .map_err(|_| Failure::Invalid("--size is too large".to_owned()))?;
     let calls = opts.required_number("calls")?;
@@ -587,6 +592,7 @@ fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
         default_spin: flags.iter().any(|f| f == "--default-spin"),
         async_handlers: flags.iter().any(|f| f == "--async"),
         realistic: flags.iter().any(|f| f == "--realistic"),
+        verbs: opts.get("verbs").map(str::to_owned),
     }))
 }
 
@@ -713,5 +719,11 @@ mod tests {
             panic!("inproc --realistic")
         };
         assert!(inproc.realistic && !inproc.pool && !inproc.async_handlers);
+        assert_eq!(inproc.verbs, None);
+        let Ok(Command::Inproc(inproc)) = parse(args("inproc --calls 10 --verbs 10.0.0.1:7"))
+        else {
+            panic!("inproc --verbs")
+        };
+        assert_eq!(inproc.verbs.as_deref(), Some("10.0.0.1:7"));
     }
 }

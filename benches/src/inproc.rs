@@ -44,6 +44,13 @@ pub struct InprocResult {
     pub allocations_per_call: Option<f64>,
     /// Thread wake-ups the runtime issued per call in the window.
     pub wakeups_per_call: f64,
+    /// Times a thread of the process went to sleep (voluntary context switches, from
+    /// `/proc`), per call in the window: each is a wake-up someone paid for, the kernel's
+    /// (a completion channel, a timer) included. `None` where `/proc` cannot be read.
+    pub sleeps_per_call: Option<f64>,
+    /// Over verbs: `ibv_post_send` calls and completion-queue polls that returned work, per
+    /// message (a call is two: its request and its reply).
+    pub verbs_per_message: Option<(f64, f64)>,
 }
 
 impl InprocResult {
@@ -52,8 +59,16 @@ impl InprocResult {
         let allocs = self
             .allocations_per_call
             .map_or("null".to_owned(), |a| format!("{a:.6}"));
+        let sleeps = self
+            .sleeps_per_call
+            .map_or("null".to_owned(), |s| format!("{s:.4}"));
+        let verbs = self
+            .verbs_per_message
+            .map_or(String::new(), |(posts, polls)| {
+                format!(",\"posts_per_message\":{posts:.4},\"polls_per_message\":{polls:.4}")
+            });
         format!(
-            "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4}}}",
+            "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4},\"sleeps_per_call\":{sleeps}{verbs}}}",
             self.window, self.failed, self.wakeups_per_call
         )
     }
@@ -83,19 +98,25 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
     } else {
         server_builder.add_service_with(EchoServer::new(crate::ours::EchoService), execution)
     };
+    // `mem:` always means the memory transport, whatever the kind says.
+    let (addr, kind) = match &args.verbs {
+        Some(addr) => (addr.as_str(), TransportKind::Verbs),
+        None => (ADDR, TransportKind::Tcp),
+    };
     let server = server_builder
-        .serve(ADDR, TransportKind::Tcp) // not used: `mem:` always means the memory transport
-        .map_err(|e| format!("cannot serve on {ADDR}: {e}"))?;
+        .serve(addr, kind)
+        .map_err(|e| format!("cannot serve on {addr}: {e}"))?;
     let client = client_builder
-        .connect(ADDR)
-        .map_err(|e| format!("cannot connect to {ADDR}: {e}"))?;
+        .transport(kind)
+        .connect(addr)
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let echo = EchoClient::new(client);
     let payload = Payload::new(args.size);
     let mut failed = 0u64;
     let mut start = None;
     for seq in 0..args.calls {
         if seq == args.warmup {
-            start = Some((allocations.map(|f| f()), rpc_core::wakeups_issued()));
+            start = Some(Snapshot::take(allocations));
         }
         let mut request = rpc_core::Request::new(EchoRequest {
             payload: payload.request(seq),
@@ -115,18 +136,63 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
         }
     }
     let window = args.calls - args.warmup;
-    let (allocs0, wakeups0) =
-        start.unwrap_or((allocations.map(|f| f()), rpc_core::wakeups_issued()));
+    let end = Snapshot::take(allocations);
+    let start = start.unwrap_or(end);
     let per_call = |n: u64| n as f64 / window.max(1) as f64;
+    let per_message = |n: u64| n as f64 / (2 * window).max(1) as f64;
     let result = InprocResult {
         failed,
         window,
-        allocations_per_call: allocs0.zip(allocations).map(|(a0, f)| per_call(f() - a0)),
-        wakeups_per_call: per_call(rpc_core::wakeups_issued() - wakeups0),
+        allocations_per_call: start
+            .allocations
+            .zip(end.allocations)
+            .map(|(a, b)| per_call(b - a)),
+        wakeups_per_call: per_call(end.wakeups - start.wakeups),
+        sleeps_per_call: start.sleeps.zip(end.sleeps).map(|(a, b)| per_call(b - a)),
+        verbs_per_message: args.verbs.as_ref().map(|_| {
+            (
+                per_message(end.verbs.posts - start.verbs.posts),
+                per_message(end.verbs.polls - start.verbs.polls),
+            )
+        }),
     };
     drop(echo);
     server.shutdown();
     Ok(result)
+}
+
+/// The process's counters at the edge of the counted window.
+#[derive(Clone, Copy)]
+struct Snapshot {
+    allocations: Option<u64>,
+    wakeups: u64,
+    sleeps: Option<u64>,
+    verbs: rpc_core::transport::verbs::VerbsStats,
+}
+
+impl Snapshot {
+    fn take(allocations: Option<fn() -> u64>) -> Snapshot {
+        Snapshot {
+            allocations: allocations.map(|f| f()),
+            wakeups: rpc_core::wakeups_issued(),
+            sleeps: sleeps(),
+            verbs: rpc_core::transport::verbs::verbs_stats(),
+        }
+    }
+}
+
+/// Voluntary context switches of every thread of this process so far: each is a thread
+/// going to sleep (and someone waking it). `None` where `/proc` cannot be read.
+fn sleeps() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("voluntary_ctxt_switches:"))?;
+        total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    }
+    Some(total)
 }
 
 /// What an application's call usually carries: a deadline, a request id and a credential.
@@ -165,6 +231,7 @@ mod tests {
                 default_spin,
                 async_handlers,
                 realistic,
+                verbs: None,
             };
             let result = super::run(&args, None).unwrap();
             assert_eq!(result.failed, 0, "{args:?}");

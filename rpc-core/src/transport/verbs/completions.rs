@@ -141,6 +141,7 @@ impl CqShared {
             return 0;
         };
         let n = res.cq.poll(&mut state.wcs);
+        super::stats::polled(n);
         for wc in &state.wcs[..n] {
             state.stash.push_back(Wc {
                 wr_id: wc.wr_id,

@@ -110,6 +110,7 @@ mod cq;
 mod device;
 mod mr;
 mod qp;
+mod stats;
 mod sys;
 
 // Policy: what the objects are used for. Depends on the ownership layer, never the reverse.
@@ -129,3 +130,4 @@ pub use endpoint::{verbs_device_for, VerbsAcceptor, VerbsEndpoint, HANDSHAKE_TIM
 pub use handle::VerbsLink;
 pub use link::{VerbsRecv, VerbsSend};
 pub use qp::QpAttributes;
+pub use stats::{verbs_stats, VerbsStats};

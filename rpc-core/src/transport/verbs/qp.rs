@@ -202,6 +202,7 @@ impl Qp {
             if ret != 0 {
                 return Err(status_error("ibv_post_send", ret));
             }
+            super::stats::posted(n);
         }
         Ok(())
     }
