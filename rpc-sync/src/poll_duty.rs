@@ -125,6 +125,12 @@ impl PollDuty {
         field(self.word.load(Ordering::Acquire), CALLS) as usize
     }
 
+    /// Stream calls started and not over (a snapshot).
+    #[inline]
+    pub fn streams_open(&self) -> usize {
+        field(self.word.load(Ordering::Acquire), STREAMS) as usize
+    }
+
     /// Somebody starts waiting for a unary call's outcome without driving. `true`: the
     /// poller thread stood back and must be woken.
     #[inline]

@@ -482,8 +482,17 @@ impl Endpoint {
         while !self.stop.is_raised() {
             let standing_back = self.duty.is_standing_back();
             if standing_back || self.duty.is_driving() {
-                // A caller polls; stay off the CPU (and the CQ) until it stops.
-                rpc_sync::park_timeout(DEADLINE_TICK);
+                // A caller polls; stay off the CPU (and the CQ) until it stops. With no call
+                // but the driver's (which minds its own deadline), nothing needs this thread
+                // before the next keepalive step: a call that starts and does not drive, or a
+                // stream, calls it back (`PollDuty`). Otherwise the other calls' deadlines
+                // are looked at every tick.
+                let nap = if self.duty.calls_outstanding() <= 1 && self.duty.streams_open() == 0 {
+                    conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP))
+                } else {
+                    DEADLINE_TICK
+                };
+                rpc_sync::park_timeout(nap);
                 let now = Instant::now();
                 // A caller may drive for long (a window of calls kept full): pings still go.
                 self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
