@@ -218,13 +218,33 @@ impl Conn {
         &self,
         sent: Result<Option<(SendBuf, usize)>, SendError>,
     ) -> Result<(), SendError> {
+        self.post_result_as(sent, false)
+    }
+
+    /// Posts the frame the core let go at once, if any (`batched`: held by the link until
+    /// the next post or [`Conn::flush_held`]).
+    fn post_result_as(
+        &self,
+        sent: Result<Option<(SendBuf, usize)>, SendError>,
+        batched: bool,
+    ) -> Result<(), SendError> {
         match sent {
             Ok(Some((buf, len))) => {
-                self.post(buf, len, false);
+                self.post(buf, len, batched);
                 Ok(())
             }
             Ok(None) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Sends what the link holds from batched posts, unless this thread holds the
+    /// connection's frames for a batch of its own ([`held_sends::holding_sends`]).
+    fn flush_held(&self) {
+        if !self.held_here() {
+            if let Err(e) = self.link.flush_sends() {
+                self.send_failed(&e);
+            }
         }
     }
 
@@ -251,10 +271,8 @@ impl Conn {
                 None => break,
             }
         }
-        if posted && !self.held_here() {
-            if let Err(e) = self.link.flush_sends() {
-                self.send_failed(&e);
-            }
+        if posted {
+            self.flush_held();
         }
     }
 

@@ -157,11 +157,19 @@ impl Conn {
             owned.core.set_deadline(id, d);
         }
         let mut sent = Ok(());
+        // With a message behind it, the HEADERS waits in the link to leave with it: one
+        // doorbell (verbs) or one write (TCP) for the two frames.
+        let together = headers.is_some() && message.is_some();
         if let Some(frame) = headers {
-            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+            sent = self.post_result_as(owned.core.send(id, frame, method, timeout_us), together);
         }
         if let (Ok(()), Some(frame)) = (&sent, message) {
             sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+        }
+        if together {
+            // Posting the message flushed the HEADERS with it, unless the message was queued
+            // or refused: then it goes alone.
+            self.flush_held();
         }
         match sent {
             Ok(()) => match caller {
