@@ -24,6 +24,8 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// The longest a caller driving the queue sleeps on it before it looks at its call again.
+const DRIVER_NAP: Duration = Duration::from_millis(10);
 /// Completions taken per poll.
 const POLL_BATCH: usize = 32;
 /// How often outstanding calls are checked against their deadlines.
@@ -318,10 +320,13 @@ impl Endpoint {
         self.poll_until(spin, deadline, 1, &ready);
         if sleeps_here {
             while !ready() {
+                // Bounded: the poller thread may have taken the reply in a poll it began
+                // just before this caller drove; it rings the queue then (`run`), and the
+                // bound covers a ring missed all the same.
                 let nap = match deadline {
-                    None => MAX_SLEEP,
+                    None => DRIVER_NAP,
                     Some(d) => match d.checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => left.min(MAX_SLEEP),
+                        Some(left) if !left.is_zero() => left.min(DRIVER_NAP),
                         _ => break,
                     },
                 };
@@ -506,6 +511,11 @@ impl Endpoint {
                 continue;
             }
             let n = self.poll_once().unwrap_or(0);
+            if n > 0 && self.duty.is_driving() {
+                // A caller started driving while this poll ran, and may sleep on the queue
+                // for a reply this poll took: ring it, so that it looks at its call again.
+                self.cq.wake();
+            }
             if n > 0 {
                 worked = true;
                 busy_batches = busy_batches.wrapping_add(1);
