@@ -605,7 +605,13 @@ impl Endpoint {
         };
         match known {
             Some(conn) => {
-                if let Some((_, held)) = orphans.held.remove(&id) {
+                // Held completions are rare (a link's first ones, before it is registered).
+                let held = if orphans.held.is_empty() {
+                    None
+                } else {
+                    orphans.held.remove(&id)
+                };
+                if let Some((_, held)) = held {
                     for c in held {
                         self.handle(c, &conn);
                     }

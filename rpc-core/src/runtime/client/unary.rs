@@ -40,7 +40,7 @@ impl Drop for Started {
         // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
         // future was dropped) may still be completed, so it is not pooled.
         if self.cell.outcome.is_complete() {
-            let _ = self.cells.push(Arc::clone(&self.cell));
+            self.cells.push(Arc::clone(&self.cell));
         }
     }
 }
@@ -55,7 +55,7 @@ pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
             unshared.reset();
             return cell;
         }
-        let _ = cells.push(cell);
+        cells.push(cell);
     }
     CallCell::new()
 }
