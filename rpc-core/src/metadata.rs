@@ -129,7 +129,7 @@ impl MetadataMap {
 
     /// Removes every value of `key`; returns whether there was one.
     pub fn remove(&mut self, key: &str) -> bool {
-        if self.block.is_empty() || !self.contains_key(key) {
+        if !self.contains_key(key) {
             return false;
         }
         let mut kept = Vec::with_capacity(self.block.len());
@@ -174,6 +174,11 @@ impl MetadataMap {
     /// The entries as the wire's metadata block (`docs/PROTOCOL.md` §8).
     pub(crate) fn encode(&self) -> Vec<u8> {
         self.block.clone()
+    }
+
+    /// [`MetadataMap::encode`] without a copy, for a map that is done with.
+    pub(crate) fn into_block(self) -> Vec<u8> {
+        self.block
     }
 
     /// The block itself, without a copy (see [`MetadataMap::encode`]).
@@ -236,7 +241,7 @@ fn check(key: &str, value: &[u8], binary: bool) -> Result<(), Error> {
             "names ending in `-bin` take binary values (insert_bin)"
         });
     }
-    if !binary && !wire::valid_value(b"", value) {
+    if !binary && !wire::printable(value) {
         return bad("ASCII values are printable characters (0x20 to 0x7E)");
     }
     Ok(())

@@ -39,8 +39,9 @@ pub fn valid_value(name: &[u8], value: &[u8]) -> bool {
     name.ends_with(b"-bin") || printable(value)
 }
 
-/// Whether every byte is printable ASCII (0x20..=0x7E), eight at a time.
-fn printable(bytes: &[u8]) -> bool {
+/// Whether every byte is printable ASCII (0x20..=0x7E), what an ASCII value may hold; eight
+/// bytes at a time.
+pub fn printable(bytes: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let mut words = bytes.chunks_exact(8);
@@ -88,8 +89,9 @@ pub fn entries(block: &[u8]) -> Entries<'_> {
 /// The entries of a block already checked (one this side built, or one [`validate`]
 /// passed), read without checking their bytes again. Reading stops at the first entry that
 /// does not parse, which a checked block does not have.
-pub fn checked_entries(block: &[u8]) -> CheckedEntries<'_> {
-    CheckedEntries { rest: block }
+pub fn checked_entries(block: &[u8]) -> impl Iterator<Item = (&str, &[u8])> {
+    checked_raw_entries(block)
+        .map_while(|(name, value)| Some((std::str::from_utf8(name).ok()?, value)))
 }
 
 /// Whether a checked block holds a reserved (`grpc-`) entry.
@@ -102,35 +104,14 @@ pub fn has_reserved(block: &[u8]) -> bool {
 pub fn checked_raw_entries(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     let mut rest = block;
     std::iter::from_fn(move || {
-        let (name, value, next) = split_entry(rest)?;
-        rest = next;
+        let name_len = usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?));
+        let name = rest.get(2..2 + name_len)?;
+        let at = 2 + name_len;
+        let value_len = u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?) as usize;
+        let value = rest.get(at + 4..)?.get(..value_len)?;
+        rest = &rest[at + 4 + value_len..];
         Some((name, value))
     })
-}
-
-/// The first entry of a checked block, and what follows it; `None` at the end (or a cut).
-fn split_entry(rest: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
-    let name_len = usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?));
-    let name = rest.get(2..2 + name_len)?;
-    let at = 2 + name_len;
-    let value_len = u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?) as usize;
-    let value = rest.get(at + 4..)?.get(..value_len)?;
-    Some((name, value, &rest[at + 4 + value_len..]))
-}
-
-/// Iterator over the `(name, value)` entries of a checked block; see [`checked_entries`].
-pub struct CheckedEntries<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Iterator for CheckedEntries<'a> {
-    type Item = (&'a str, &'a [u8]);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let (name, value, rest) = split_entry(self.rest)?;
-        self.rest = rest;
-        Some((std::str::from_utf8(name).ok()?, value))
-    }
 }
 
 /// Checks a whole block; returns its entry count.
@@ -172,26 +153,6 @@ impl<'a> Entries<'a> {
 
     /// The next entry, checked, with its name as bytes (no UTF-8 look: it is ASCII).
     fn take_raw(&mut self) -> Result<(&'a [u8], &'a [u8]), Error> {
-        match split_entry(self.rest) {
-            Some((name, value, rest)) if valid_name(name) && valid_value(name, value) => {
-                self.rest = rest;
-                Ok((name, value))
-            }
-            _ => Err(self.diagnose()),
-        }
-    }
-
-    /// What is wrong with the next entry (the slow path of [`Entries::take_raw`], which found
-    /// something wrong).
-    fn diagnose(&self) -> Error {
-        match self.check_next() {
-            Err(e) => e,
-            Ok(()) => violation(Violation::MalformedMetadata, "malformed entry".to_string()),
-        }
-    }
-
-    /// Checks the next entry step by step, naming the first thing wrong.
-    fn check_next(&self) -> Result<(), Error> {
         let bad = |what: &str| violation(Violation::MalformedMetadata, what.to_string());
         let rest = self.rest;
         if rest.len() < 2 {
@@ -218,7 +179,8 @@ impl<'a> Entries<'a> {
         if !valid_value(name, value) {
             return Err(bad("value of a non-`-bin` name is not printable ASCII"));
         }
-        Ok(())
+        self.rest = &rest[at + 4 + value_len..];
+        Ok((name, value))
     }
 }
 

@@ -20,11 +20,7 @@ impl CallPort for Conn {
         self.submit(Work::Reply {
             call,
             frame,
-            headers: if headers.is_empty() {
-                Vec::new()
-            } else {
-                headers.encode()
-            },
+            headers: headers.into_block(),
             trailers,
         });
     }
