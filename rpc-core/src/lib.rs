@@ -93,6 +93,7 @@ extern crate self as rpc_core;
 
 pub mod codegen;
 mod error;
+mod free_list;
 mod interceptor;
 mod metadata;
 pub mod protocol;

@@ -19,6 +19,7 @@ use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::client::{ClientTls, GrpcChannel};
 use super::transport_select::{client_transport, Connector};
 use super::{Counters, Stats};
+use crate::free_list::FreeList;
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{MemoryBudget, Role};
 use crate::protocol::Keepalive;
@@ -272,33 +273,7 @@ fn host_of(addr: &str) -> &str {
 
 /// Call cells of finished calls, ready for the next ones: no allocation per call. Oldest
 /// first: the most recently finished cells may still be held by their completer for a moment.
-/// A queue under a short lock (never held but to push or pop), bounded by [`CELL_POOL`].
-pub(super) struct CellPool {
-    cells: rpc_sync::Mutex<std::collections::VecDeque<Arc<CallCell>>>,
-}
-
-impl CellPool {
-    fn new() -> CellPool {
-        CellPool {
-            cells: rpc_sync::Mutex::new(std::collections::VecDeque::with_capacity(
-                CELLS_UP_FRONT * 2,
-            )),
-        }
-    }
-
-    /// The oldest cell kept, if any.
-    pub(super) fn pop(&self) -> Option<Arc<CallCell>> {
-        self.cells.lock().pop_front()
-    }
-
-    /// Keeps `cell` for a later call, unless [`CELL_POOL`] are kept already.
-    pub(super) fn push(&self, cell: Arc<CallCell>) {
-        let mut cells = self.cells.lock();
-        if cells.len() < CELL_POOL {
-            cells.push_back(cell);
-        }
-    }
-}
+pub(super) type CellPool = FreeList<Arc<CallCell>>;
 
 /// How many finished call cells a client keeps for reuse.
 const CELL_POOL: usize = 256;
@@ -308,9 +283,9 @@ const CELL_POOL: usize = 256;
 const CELLS_UP_FRONT: usize = 4;
 
 fn filled_cell_pool() -> CellPool {
-    let cells = CellPool::new();
+    let cells = CellPool::new(CELL_POOL);
     for _ in 0..CELLS_UP_FRONT {
-        cells.push(CallCell::new());
+        cells.give(CallCell::new());
     }
     cells
 }

@@ -6,27 +6,29 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Client, Wire};
-use crate::protocol::v2::Kind;
+use crate::protocol::v2::{Kind, Outgoing};
 use crate::runtime::call::Encode;
-use crate::runtime::conn::{Caller, OpenCall, Work, UNARY};
+use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
 use crate::runtime::grpc::client::GrpcChannel;
 use crate::runtime::port::Port;
 use crate::runtime::service::MethodDescriptor;
 use crate::runtime::stream::StreamShared;
 use crate::runtime::streaming::{Reader, StreamSender, Streaming};
+use crate::transport::SendBuf;
 use crate::{MetadataMap, Request, Response, Status};
 
 // ----- streaming calls ---------------------------------------------------------------
 
-/// The metadata block of a HEADERS frame carrying `metadata`; `None` (no HEADERS frame) when
-/// there is none and `always` is false (a call that opens with its message needs none). No
-/// metadata, no encoding and no allocation.
-pub(super) fn headers_block(metadata: &MetadataMap, always: bool) -> Option<&[u8]> {
-    if metadata.is_empty() {
-        always.then_some(&[])
-    } else {
-        Some(metadata.as_block())
-    }
+/// The HEADERS frame carrying `metadata` on `conn`, its block in a send slot
+/// ([`Conn::encode_block`]); `None` (no HEADERS frame) when there is none and `always` is
+/// false (a call that opens with its message needs none). No metadata, no frame.
+#[inline]
+pub(super) fn headers_frame(
+    conn: &Conn,
+    metadata: &MetadataMap,
+    always: bool,
+) -> Option<Outgoing<SendBuf>> {
+    (always || !metadata.is_empty()).then(|| conn.encode_block(Kind::Headers, metadata.as_block()))
 }
 
 impl Client {
@@ -69,8 +71,7 @@ impl Client {
         let (timeout_us, deadline) = self.timing(request);
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
-        let headers = headers_block(request.metadata(), message.is_none())
-            .map(|block| conn.encode_block(Kind::Headers, block));
+        let headers = headers_frame(&conn, request.metadata(), message.is_none());
         native.endpoint.call_started(true);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),

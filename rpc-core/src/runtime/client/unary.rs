@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::streams::headers_block;
+use super::streams::headers_frame;
 use super::{CellPool, Client, Native, Wire};
 use crate::protocol::v2::Kind;
 use crate::runtime::call::{CallCell, Reply};
@@ -40,7 +40,7 @@ impl Drop for Started {
         // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
         // future was dropped) may still be completed, so it is not pooled.
         if self.cell.outcome.is_complete() {
-            self.cells.push(Arc::clone(&self.cell));
+            self.cells.give(Arc::clone(&self.cell));
         }
     }
 }
@@ -50,12 +50,12 @@ pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
     // The most recently finished cells may still be held by their completer for a moment;
     // they go back to the end of the queue, and the older ones ahead of them are free.
     for _ in 0..2 {
-        let Some(mut cell) = cells.pop() else { break };
+        let Some(mut cell) = cells.take() else { break };
         if let Some(unshared) = Arc::get_mut(&mut cell) {
             unshared.reset();
             return cell;
         }
-        cells.push(cell);
+        cells.give(cell);
     }
     CallCell::new()
 }
@@ -211,8 +211,7 @@ impl Client {
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.set(blocking);
-        let headers =
-            headers_block(request.metadata(), false).map(|b| conn.encode_block(Kind::Headers, b));
+        let headers = headers_frame(&conn, request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         native.endpoint.call_started(false);
         conn.submit(Work::Open(OpenCall {

@@ -8,46 +8,22 @@
 
 use std::sync::Arc;
 
-use rpc_sync::{CreditLedger, Mutex};
+use rpc_sync::CreditLedger;
 
-/// Free slots, taken and given back from any thread: a stack under a short lock (never held
-/// but to push or pop), most recently returned first (its bytes likely still in cache). A lock
-/// and a `Vec` cost fewer instructions per slot than a lock-free queue's sequence stamps, and
-/// the slots are fixed in number, so the stack never grows past them.
-struct SlotStack {
-    slots: Mutex<Vec<Vec<u8>>>,
-    /// The slots it holds when all are home.
-    count: usize,
-}
+use crate::free_list::FreeList;
 
-impl SlotStack {
-    fn full(count: u32, size: u32) -> SlotStack {
-        let slots = (0..count).map(|_| vec![0u8; size as usize]).collect();
-        SlotStack {
-            slots: Mutex::new(slots),
-            count: count as usize,
-        }
+/// `count` slots of `size` bytes, all free.
+fn full(count: u32, size: u32) -> FreeList<Vec<u8>> {
+    let slots = FreeList::new(count as usize);
+    for _ in 0..count {
+        slots.give(vec![0u8; size as usize]);
     }
-
-    fn pop(&self) -> Option<Vec<u8>> {
-        self.slots.lock().pop()
-    }
-
-    /// Gives `slot` back; `false` (and the slot dropped) if the stack already holds all of
-    /// them, which only a slot of another ring could cause.
-    fn push(&self, slot: Vec<u8>) -> bool {
-        let mut slots = self.slots.lock();
-        if slots.len() >= self.count {
-            return false;
-        }
-        slots.push(slot);
-        true
-    }
+    slots
 }
 
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
-    posted: SlotStack,
+    posted: FreeList<Vec<u8>>,
     credits: CreditLedger,
     slot_size: usize,
 }
@@ -56,7 +32,7 @@ impl HeapRecvRing {
     /// A ring of `count` posted slots of `size` bytes.
     pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
         Arc::new(HeapRecvRing {
-            posted: SlotStack::full(count, size),
+            posted: full(count, size),
             credits: CreditLedger::new(),
             slot_size: size as usize,
         })
@@ -69,7 +45,7 @@ impl HeapRecvRing {
 
     /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits.
     pub(crate) fn take_posted(&self) -> Option<Vec<u8>> {
-        self.posted.pop()
+        self.posted.take()
     }
 
     /// A filled slot that re-posts itself to this ring when dropped (heap.rs wraps it in a
@@ -104,7 +80,7 @@ impl Drop for HeapRecv {
         let buf = std::mem::take(&mut self.buf);
         // The slot must be back in the pool before the credit is counted: the peer may send
         // into it as soon as it learns of the credit.
-        if self.ring.posted.push(buf) {
+        if self.ring.posted.give(buf) {
             self.ring.credits.release();
         }
     }
@@ -112,7 +88,7 @@ impl Drop for HeapRecv {
 
 /// Free send slots.
 pub(crate) struct HeapSendPool {
-    free: Arc<SlotStack>,
+    free: Arc<FreeList<Vec<u8>>>,
     slot_size: usize,
 }
 
@@ -120,7 +96,7 @@ pub(crate) struct HeapSendPool {
 /// not.
 pub(crate) struct HeapSend {
     buf: Vec<u8>,
-    pool: Arc<SlotStack>,
+    pool: Arc<FreeList<Vec<u8>>>,
 }
 
 impl HeapSend {
@@ -135,7 +111,7 @@ impl HeapSend {
 
 impl Drop for HeapSend {
     fn drop(&mut self) {
-        self.pool.push(std::mem::take(&mut self.buf));
+        self.pool.give(std::mem::take(&mut self.buf));
     }
 }
 
@@ -143,14 +119,14 @@ impl HeapSendPool {
     /// A pool of `count` slots of `size` bytes.
     pub(crate) fn new(count: u32, size: u32) -> HeapSendPool {
         HeapSendPool {
-            free: Arc::new(SlotStack::full(count, size)),
+            free: Arc::new(full(count, size)),
             slot_size: size as usize,
         }
     }
 
     /// A free slot, or `None` when all are taken (heap.rs wraps it in a `SendBuf`).
     pub(super) fn take(&self) -> Option<HeapSend> {
-        self.free.pop().map(|buf| HeapSend {
+        self.free.take().map(|buf| HeapSend {
             buf,
             pool: Arc::clone(&self.free),
         })
