@@ -330,8 +330,7 @@ impl Endpoint {
                         _ => break,
                     },
                 };
-                self.cq.wait(Some(nap));
-                while !ready() && self.poll_once().is_some_and(|n| n > 0) {}
+                self.nap_on_queue(nap, &ready);
             }
         }
         let ready = ready();
@@ -355,8 +354,7 @@ impl Endpoint {
         // here, so that the message wakes the thread that wants it and no other.
         let mut naps = 0;
         while !ready() && naps < READER_NAPS {
-            self.cq.wait(Some(DEADLINE_TICK));
-            while !ready() && self.poll_once().is_some_and(|n| n > 0) {}
+            self.nap_on_queue(DEADLINE_TICK, &ready);
             naps += 1;
         }
         let ready = ready();
@@ -366,6 +364,13 @@ impl Endpoint {
             self.wake_the_poller();
         }
         ready
+    }
+
+    /// Sleeps on the queue's notification for up to `nap`, as the poller thread would, then,
+    /// as the driver, polls what came until `ready()` or the queue is empty.
+    fn nap_on_queue(&self, nap: Duration, ready: &impl Fn() -> bool) {
+        self.cq.wait(Some(nap));
+        while !ready() && self.poll_once().is_some_and(|n| n > 0) {}
     }
 
     /// Polls, as the driver, until `ready()` or `spin` (or `deadline`) passes.
@@ -396,9 +401,8 @@ impl Endpoint {
 
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
     /// is done wakes the poller only if other calls wait for completions: otherwise the
-    /// poller thread stands back until a tick passes without a driver (at most
-    /// `DEADLINE_TICK`), and a caller making one call after another costs no wake-up per
-    /// call. Over verbs, when the other calls are futures nobody waits for (a window of
+    /// poller thread stands back until one of its naps passes without a driver (see `run`),
+    /// and a caller making one call after another costs no wake-up per call. Over verbs, when the other calls are futures nobody waits for (a window of
     /// calls that this caller waits for one by one), the poller thread stands back too: the
     /// caller's next wait drives again ([`PollDuty::stop_driving`]).
     fn stop_driving(&self, own_call_done: bool) {

@@ -61,11 +61,10 @@ pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
     let unavailable = |e: &Error| matches!(e, Error::TransportUnavailable { .. });
     if addr.ip().is_unspecified() {
         return match DeviceList::open() {
-            // SAFETY: contexts in a live DeviceList are open.
-            Ok(list) => Ok(list
-                .contexts()
-                .first()
-                .map(|&ctx| unsafe { context_name(ctx) })),
+            Ok(list) => Ok(list.contexts().first().map(|&ctx| {
+                // SAFETY: contexts in a live DeviceList are open.
+                unsafe { context_name(ctx) }
+            })),
             Err(e) if unavailable(&e) => Ok(None),
             Err(e) => Err(e),
         };
