@@ -256,7 +256,6 @@ struct Call<C, P> {
     /// Whether this side sent a MESSAGE (response headers must come first).
     message_sent: bool,
     send_window: i64,
-    out: VecDeque<Queued<P>>,
     in_ready: bool,
     /// The peer may still send frames.
     recv_open: bool,
@@ -272,20 +271,42 @@ struct Call<C, P> {
     /// Server: the call's method takes exactly one request message (see
     /// [`Connection::set_one_request`]).
     one_request: bool,
-    /// Server, one-request call: its message, held until the half-close (boxed: most
-    /// requests come whole, with the half-close).
-    request: Option<Box<HeldRequest>>,
     /// Client: a unary call: its response headers and message are held until its END.
     one_response: bool,
-    response: Option<Box<HeldReply>>,
     /// Client: opened beyond the server's `max_calls` and waiting for a call to end; its
     /// frames are queued and none leaves until then (see [`Connection::queue_beyond_max_calls`]).
     waiting: bool,
-    /// Boxed: a frame in reassembly is rare, and a call's record stays small to move.
-    partial: Option<Box<Partial>>,
+    /// What most calls never hold (see [`Rare`]); allocated the first time one does.
+    rare: Option<Box<Rare<P>>>,
     /// The call's received metadata, reserved from the connection's memory while the call
     /// is open (its record is part of the connection's admission: [`CALL_RECORD`]).
     held: Reservation,
+}
+
+/// The parts of a call's record that most calls never use, boxed so that the record stays
+/// within two cache lines: the call table then moves records without a `memcpy` call.
+#[derive(Debug)]
+struct Rare<P> {
+    /// Frames queued behind window or credits (or a server's `max_calls`).
+    out: VecDeque<Queued<P>>,
+    /// Server, one-request call: its message, held until the half-close (most requests come
+    /// whole, with the half-close).
+    request: Option<Box<HeldRequest>>,
+    /// Client, unary call: its response headers and message, held until its END.
+    response: Option<Box<HeldReply>>,
+    /// A frame in reassembly.
+    partial: Option<Box<Partial>>,
+}
+
+impl<P> Default for Rare<P> {
+    fn default() -> Self {
+        Rare {
+            out: VecDeque::new(),
+            request: None,
+            response: None,
+            partial: None,
+        }
+    }
 }
 
 impl<C, P> Call<C, P> {
@@ -298,7 +319,6 @@ impl<C, P> Call<C, P> {
             on_wire: false,
             message_sent: false,
             send_window: peer_window.into(),
-            out: VecDeque::new(),
             in_ready: false,
             recv_open: true,
             message_received: false,
@@ -309,12 +329,44 @@ impl<C, P> Call<C, P> {
             cancel: None,
             deadline: None,
             one_request: false,
-            request: None,
             one_response: false,
-            response: None,
             waiting: false,
-            partial: None,
+            rare: None,
             held: Reservation::default(),
+        }
+    }
+
+    /// The call's rare parts, allocated if it had none.
+    fn rare(&mut self) -> &mut Rare<P> {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// How many frames are queued for this call.
+    fn queued(&self) -> usize {
+        self.rare.as_ref().map_or(0, |r| r.out.len())
+    }
+
+    fn partial(&self) -> Option<&Partial> {
+        self.rare.as_ref()?.partial.as_deref()
+    }
+
+    fn partial_mut(&mut self) -> Option<&mut Partial> {
+        self.rare.as_mut()?.partial.as_deref_mut()
+    }
+
+    fn response(&self) -> Option<&HeldReply> {
+        self.rare.as_ref()?.response.as_deref()
+    }
+
+    fn take_response(&mut self) -> Option<Box<HeldReply>> {
+        self.rare.as_mut()?.response.take()
+    }
+
+    /// Drops the frames queued for the call and its frame in reassembly.
+    fn drop_queued(&mut self) {
+        if let Some(rare) = self.rare.as_mut() {
+            rare.out.clear();
+            rare.partial = None;
         }
     }
 
@@ -324,7 +376,7 @@ impl<C, P> Call<C, P> {
         if self.waiting {
             return false;
         }
-        match self.out.front() {
+        match self.rare.as_ref().and_then(|r| r.out.front()) {
             Some(q) => q.sent > 0 || q.header.kind != Kind::Message || self.send_window > 0,
             None => false,
         }
@@ -509,7 +561,7 @@ where
     /// a stream's sender waits for 0 before it hands over its next message, which bounds
     /// what the core queues per call to one message and its END.
     pub fn queued(&self, call: u64) -> usize {
-        self.calls.get(&call).map_or(0, |c| c.out.len())
+        self.calls.get(&call).map_or(0, Call::queued)
     }
 
     /// The GOODBYE the peer sent, if any: the highest call id it processes.
@@ -660,7 +712,7 @@ where
             // Ended on our side with frames still queued (waiting for window the peer will
             // never give now): drop them.
             if let Some(call) = self.calls.get_mut(&h.call_id) {
-                call.out.clear();
+                call.drop_queued();
                 if call.cancel.is_none() {
                     self.calls.remove(&h.call_id);
                 }
@@ -689,7 +741,7 @@ where
         };
         // Segments: one frame of a call at a time, in order, repeating the first's fields.
         let whole: (Cow<'f, [u8]>, Option<Box<Reservation>>) = if h.is_first_segment() {
-            if call.partial.is_some() {
+            if call.partial().is_some() {
                 return Err(violation(
                     Violation::SegmentRestart,
                     format!("new {} of call {} mid-frame", h.kind.name(), h.call_id),
@@ -728,7 +780,7 @@ where
                     );
                     return Ok(self.refuse(h.call_id, status));
                 };
-                call.partial = Some(Box::new(Partial {
+                call.rare().partial = Some(Box::new(Partial {
                     first: *h,
                     received: h.segment_len,
                     buf: payload.to_vec(),
@@ -738,7 +790,7 @@ where
                 return Ok(Event::None);
             }
         } else {
-            let Some(p) = call.partial.as_mut() else {
+            let Some(p) = call.partial_mut() else {
                 return Err(violation(
                     Violation::SegmentOrphan,
                     format!("continuation of call {} with no frame started", h.call_id),
@@ -771,7 +823,7 @@ where
             if !h.is_last_segment() {
                 return Ok(Event::None);
             }
-            let done = *call.partial.take().expect("checked above");
+            let done = *call.rare().partial.take().expect("checked above");
             (Cow::Owned(done.buf), Some(Box::new(done.held)))
         };
         self.complete_frame(h, whole)
@@ -868,12 +920,15 @@ where
             }),
             (Kind::Headers, Role::Client) if call.one_response => {
                 call.headers_received = true;
-                call.response.get_or_insert_with(Box::default).headers = whole.into_owned();
+                call.rare()
+                    .response
+                    .get_or_insert_with(Box::default)
+                    .headers = whole.into_owned();
                 Ok(Event::None)
             }
             (Kind::Message, Role::Client) if call.one_response => {
                 let end = h.has(flags::END);
-                let second = call.response.as_ref().is_some_and(|r| r.body.is_some());
+                let second = call.response().is_some_and(|r| r.body.is_some());
                 if second {
                     let user = self.cancel(call_id, Code::Internal);
                     return Ok(match user {
@@ -889,7 +944,7 @@ where
                     });
                 }
                 call.message_received = true;
-                if end && call.response.is_none() {
+                if end && call.response().is_none() {
                     // The usual reply: one MESSAGE with END, read in place.
                     let ended = self.close_call(call_id);
                     return Ok(Event::Message {
@@ -906,14 +961,14 @@ where
                     Err(refused) => return Ok(refused),
                 };
                 let call = self.calls.get_mut(&call_id).expect("open call");
-                let reply = call.response.get_or_insert_with(Box::default);
+                let reply = call.rare().response.get_or_insert_with(Box::default);
                 reply.body = Some(body);
                 reply.held = Some(held);
                 if !end {
                     return Ok(Event::None);
                 }
                 // Headers, then the message with END: the call ended OK, without trailers.
-                let reply = call.response.take();
+                let reply = call.take_response();
                 Ok(match self.close_call(call_id) {
                     Some(user) => Event::Ended {
                         call: call_id,
@@ -958,7 +1013,7 @@ where
                     Err(refused) => return Ok(refused),
                 };
                 let call = self.calls.get_mut(&call_id).expect("open call");
-                call.request = Some(Box::new(HeldRequest {
+                call.rare().request = Some(Box::new(HeldRequest {
                     body,
                     held,
                     announce: opening.then_some((h.code, h.timeout_us)),
@@ -989,7 +1044,12 @@ where
                 if !call.one_request {
                     return Ok(Event::HalfClosed { call: call_id });
                 }
-                match call.request.take().map(|r| *r) {
+                match call
+                    .rare
+                    .as_mut()
+                    .and_then(|r| r.request.take())
+                    .map(|r| *r)
+                {
                     Some(HeldRequest {
                         body,
                         held,
@@ -1012,7 +1072,7 @@ where
                 }
             }
             (Kind::End, Role::Client) => {
-                let reply = call.response.take();
+                let reply = call.take_response();
                 let user = self.close_call(call_id);
                 Ok(match user {
                     Some(user) => Event::Ended {
@@ -1112,9 +1172,8 @@ where
             // started frame's remaining segments included: the receiver drops a partial
             // frame when the call ends).
             call.state = State::Closing;
-            call.partial = None;
+            call.drop_queued();
             call.held = Reservation::default();
-            call.out.clear();
             call.user.take()
         };
         if waiting {
@@ -1193,7 +1252,7 @@ where
     /// is timed. Keepalive counts only from the first `handle_timeout`.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let reassembling = self.timers.stall_timeout().is_some()
-            && self.calls.values().any(|c| c.partial.is_some());
+            && self.calls.values().any(|c| c.partial().is_some());
         self.timers.next_due(reassembling)
     }
 
@@ -1246,7 +1305,7 @@ where
     fn expire_stalled(&mut self, now: Instant, timeout: Duration) -> Vec<Expiry<C>> {
         let mut stalled = Vec::new();
         for (&id, call) in self.calls.iter_mut() {
-            let Some(p) = call.partial.as_mut() else {
+            let Some(p) = call.partial_mut() else {
                 continue;
             };
             match p.seen {
@@ -1475,7 +1534,7 @@ where
         }
         // The fast path: nothing of this call or of others is waiting, window and credits
         // allow, and the payload is already in its buffer: the frame goes now, unqueued.
-        let direct = call.out.is_empty()
+        let direct = call.queued() == 0
             && !call.waiting
             && (frame.kind != Kind::Message || call.send_window > 0)
             && self.ready.is_empty()
@@ -1532,7 +1591,7 @@ where
             header.encode(&mut buf);
             return Ok(Some((buf, HEADER_LEN + len)));
         }
-        call.out.push_back(Queued {
+        call.rare().out.push_back(Queued {
             header,
             payload: frame.payload,
             sent: 0,
@@ -1542,13 +1601,15 @@ where
             self.counted_calls -= 1;
             let call = self.calls.get_mut(&call_id).expect("present");
             call.state = State::Closing;
-            call.partial = None;
+            if let Some(rare) = call.rare.as_mut() {
+                rare.partial = None;
+            }
             call.held = Reservation::default();
         }
         let call = self.calls.get_mut(&call_id).expect("present");
         // A queued frame must not hold its send buffer: buffers are few, and one held
         // while waiting for credits could be the one a CREDIT frame needs to get them.
-        if let Some(q) = call.out.back_mut() {
+        if let Some(q) = call.rare().out.back_mut() {
             if let Payload::InBuffer(buf, len) = &q.payload {
                 let bytes = buf[HEADER_LEN..HEADER_LEN + len].to_vec();
                 q.payload = Payload::Bytes(bytes);
@@ -1765,7 +1826,7 @@ where
     ) -> Option<(P, usize)> {
         let max_segment = self.max_segment;
         let call = self.calls.get_mut(&id)?;
-        let q = call.out.front_mut()?;
+        let q = call.rare.as_mut()?.out.front_mut()?;
         let mut header = q.header;
         let total = header.message_len as usize;
         let offset = q.sent;
@@ -1788,12 +1849,12 @@ where
             if let Some(Queued {
                 payload: Payload::InBuffer(b, _),
                 ..
-            }) = call.out.pop_front()
+            }) = call.rare().out.pop_front()
             {
                 buf = Some(b);
             }
         }
-        let finished = call.state == State::Closing && call.out.is_empty() && call.cancel.is_none();
+        let finished = call.state == State::Closing && call.queued() == 0 && call.cancel.is_none();
         if finished {
             self.calls.remove(&id);
         }

@@ -66,6 +66,37 @@ impl<M: prost::Message> Encode for M {
     }
 }
 
+/// Decodes a protobuf message from `bytes` as `M::decode(bytes)` does, with one allocation
+/// and one copy less for each `bytes` field: prost reads such a field through
+/// [`Buf::copy_to_bytes`](prost::bytes::Buf::copy_to_bytes), whose default builds a
+/// `BytesMut` chunk by chunk before a `Vec<u8>` field copies it again.
+pub(crate) fn decode<M: prost::Message + Default>(bytes: &[u8]) -> Result<M, prost::DecodeError> {
+    M::decode(SliceBuf(bytes))
+}
+
+/// A borrowed slice as prost's input, copying a `bytes` field out in one step.
+struct SliceBuf<'a>(&'a [u8]);
+
+impl prost::bytes::Buf for SliceBuf<'_> {
+    fn remaining(&self) -> usize {
+        self.0.len()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.0
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        self.0 = &self.0[cnt..];
+    }
+
+    fn copy_to_bytes(&mut self, len: usize) -> prost::bytes::Bytes {
+        let (field, rest) = self.0.split_at(len);
+        self.0 = rest;
+        prost::bytes::Bytes::copy_from_slice(field)
+    }
+}
+
 /// A received message body: still in its receive slot (decoded in place; the slot is
 /// re-posted when this is dropped) or reassembled from segments.
 pub struct Payload {
@@ -75,11 +106,9 @@ pub struct Payload {
 }
 
 enum PayloadData {
-    Slot {
-        buf: RecvBuf,
-        offset: usize,
-        len: usize,
-    },
+    /// `offset` and `len` within the slot (a slot's size is a `u32`): the body stays small to
+    /// move.
+    Slot { buf: RecvBuf, offset: u32, len: u32 },
     /// Bytes of their own, counted against the connection's memory while held for the peer.
     Owned(Vec<u8>, Option<Box<Reservation>>),
 }
@@ -94,7 +123,11 @@ impl Payload {
         owner: Option<Arc<dyn SlotRelease>>,
     ) -> Payload {
         Payload {
-            data: PayloadData::Slot { buf, offset, len },
+            data: PayloadData::Slot {
+                buf,
+                offset: offset as u32,
+                len: len as u32,
+            },
             conn: owner,
         }
     }
@@ -119,7 +152,7 @@ impl Payload {
     /// reply nobody is decoding yet, which must not hold the receive ring.
     pub(crate) fn detach(mut self) -> Payload {
         if let PayloadData::Slot { buf, offset, len } = &self.data {
-            let owned = buf[*offset..offset + len].to_vec();
+            let owned = buf[slot_range(*offset, *len)].to_vec();
             self.data = PayloadData::Owned(owned, None);
             if let Some(conn) = self.conn.take() {
                 conn.slot_released();
@@ -134,17 +167,21 @@ impl Payload {
         match std::mem::replace(&mut self.data, PayloadData::Owned(Vec::new(), None)) {
             PayloadData::Owned(v, held) => Received::new(v, held.map(|h| *h)),
             PayloadData::Slot { buf, offset, len } => {
-                Received::new(buf[offset..offset + len].to_vec(), None)
+                Received::new(buf[slot_range(offset, len)].to_vec(), None)
             }
         }
     }
+}
+
+fn slot_range(offset: u32, len: u32) -> std::ops::Range<usize> {
+    offset as usize..offset as usize + len as usize
 }
 
 impl std::ops::Deref for Payload {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.data {
-            PayloadData::Slot { buf, offset, len } => &buf[*offset..offset + len],
+            PayloadData::Slot { buf, offset, len } => &buf[slot_range(*offset, *len)],
             PayloadData::Owned(v, _) => v,
         }
     }

@@ -531,15 +531,20 @@ impl Endpoint {
                 }
             }
             let now = Instant::now();
-            if worked {
-                last_work = now;
+            let idle_since = if worked {
                 worked = false;
-            }
+                last_work = now;
+                Duration::ZERO
+            } else {
+                now.saturating_duration_since(last_work)
+            };
             self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
             if n == POLL_BATCH {
                 continue;
             }
-            if now.duration_since(last_work) < self.idle_spin || self.adoption_pending.is_raised() {
+            if (!self.idle_spin.is_zero() && idle_since < self.idle_spin)
+                || self.adoption_pending.is_raised()
+            {
                 std::hint::spin_loop();
                 continue;
             }
@@ -547,9 +552,7 @@ impl Endpoint {
             // every SERVER_DEADLINE_TICK while a call's deadline is watched.
             let sleep = match role {
                 Role::Client => DEADLINE_TICK,
-                Role::Server if self.conns().iter().any(|c| c.deadlines_pending()) => {
-                    SERVER_DEADLINE_TICK
-                }
+                Role::Server if self.counters.deadlines_watched() => SERVER_DEADLINE_TICK,
                 Role::Server => conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
             };
             self.cq.wait(Some(sleep));
@@ -560,7 +563,22 @@ impl Endpoint {
     /// due: every connection at the connection tick (keepalive, stalled reassembly), and at
     /// the deadline tick a client's connections and those of a server that watch a deadline
     /// (a server's mostly watch none). Once per connection when both ticks are due.
+    #[inline]
     fn tick(
+        &self,
+        now: Instant,
+        next_deadline_tick: &mut Instant,
+        next_conn_tick: &mut Option<Instant>,
+        conn_tick_every: Option<Duration>,
+    ) {
+        if now < *next_deadline_tick && next_conn_tick.is_none_or(|at| now < at) {
+            // The common case, every loop of a busy poller: nothing is due.
+            return;
+        }
+        self.tick_due(now, next_deadline_tick, next_conn_tick, conn_tick_every);
+    }
+
+    fn tick_due(
         &self,
         now: Instant,
         next_deadline_tick: &mut Instant,

@@ -16,7 +16,7 @@ pub(crate) mod stream;
 pub mod streaming;
 pub(crate) mod transport_select;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// A duration in microseconds from the environment variable `name`, else `default`. Lets the
@@ -67,9 +67,26 @@ pub(crate) struct Counters {
     errors: AtomicU64,
     bytes_sent: AtomicU64,
     bytes_received: AtomicU64,
+    /// Connections of the endpoint whose core watches some call's deadline: a server's
+    /// poller then sleeps no longer than a deadline tick.
+    watching_deadlines: AtomicUsize,
 }
 
 impl Counters {
+    /// A connection started (`true`) or stopped watching deadlines.
+    pub(crate) fn watching_deadlines(&self, watching: bool) {
+        if watching {
+            self.watching_deadlines.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.watching_deadlines.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether some connection of the endpoint watches a deadline.
+    pub(crate) fn deadlines_watched(&self) -> bool {
+        self.watching_deadlines.load(Ordering::Relaxed) > 0
+    }
+
     pub(crate) fn call(&self) {
         self.calls.fetch_add(1, Ordering::Relaxed);
     }

@@ -249,7 +249,7 @@ impl<T: prost::Message + Default> Streaming<T> {
             Some(Incoming::Headers(_)) => None,
             Some(Incoming::Message(bytes)) => {
                 self.consumed(bytes.len());
-                Some(T::decode(&bytes[..]).map(Some).map_err(|e| {
+                Some(super::call::decode::<T>(&bytes).map(Some).map_err(|e| {
                     let what = format!("{}: could not decode a message: {e}", self.path);
                     match self.reader {
                         Reader::Server => Status::invalid_argument(what),

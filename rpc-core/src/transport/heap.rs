@@ -1,5 +1,5 @@
 //! Slot rings in ordinary heap memory, and a completion queue fed by other threads: the
-//! building blocks of the TCP and in-memory transports. A receive slot is a `Vec<u8>` that
+//! building blocks of the TCP and in-memory transports. A receive slot is a boxed byte slice that
 //! moves from the ring's posted pool into a [`RecvBuf`] and back when that is dropped, so
 //! frames are read into slots and decoded in place exactly as with verbs.
 
@@ -26,7 +26,7 @@ pub(crate) use slots::{HeapRecv, HeapRecvRing, HeapSend, HeapSendPool};
 // buffer types.
 impl HeapRecvRing {
     /// Wraps a filled slot as a completion buffer; dropping it re-posts the slot.
-    pub(crate) fn completed(self: &Arc<Self>, buf: Vec<u8>, len: usize) -> RecvBuf {
+    pub(crate) fn completed(self: &Arc<Self>, buf: Box<[u8]>, len: usize) -> RecvBuf {
         RecvBuf {
             inner: RecvInner::Heap(self.filled(buf)),
             len,

@@ -408,7 +408,7 @@ struct Reading {
     header: [u8; HEADER_LEN],
     header_got: usize,
     /// The slot the current frame goes into, its length and the bytes read so far.
-    slot: Option<(Vec<u8>, usize, usize)>,
+    slot: Option<(Box<[u8]>, usize, usize)>,
 }
 
 enum Entry {

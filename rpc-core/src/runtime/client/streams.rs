@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Client, Wire};
-use crate::protocol::v2::{Kind, Outgoing};
+use crate::protocol::v2::{Kind, Payload as Body};
 use crate::runtime::call::Encode;
 use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
 use crate::runtime::grpc::client::GrpcChannel;
@@ -19,16 +19,16 @@ use crate::{MetadataMap, Request, Response, Status};
 
 // ----- streaming calls ---------------------------------------------------------------
 
-/// The HEADERS frame carrying `metadata` on `conn`, its block in a send slot
-/// ([`Conn::encode_block`]); `None` (no HEADERS frame) when there is none and `always` is
+/// The payload of the HEADERS frame carrying `metadata` on `conn`, its block in a send slot
+/// ([`Conn::headers_payload`]); `None` (no HEADERS frame) when there is none and `always` is
 /// false (a call that opens with its message needs none). No metadata, no frame.
 #[inline]
 pub(super) fn headers_frame(
     conn: &Conn,
     metadata: &MetadataMap,
     always: bool,
-) -> Option<Outgoing<SendBuf>> {
-    (always || !metadata.is_empty()).then(|| conn.encode_block(Kind::Headers, metadata.as_block()))
+) -> Option<Body<SendBuf>> {
+    (always || !metadata.is_empty()).then(|| conn.headers_payload(metadata.as_block()))
 }
 
 impl Client {

@@ -238,7 +238,7 @@ impl Client {
         result: Result<Reply, Status>,
     ) -> Result<Response<Resp>, Status> {
         let result = result.and_then(|reply| {
-            let message = Resp::decode(&*reply.payload)
+            let message = super::super::call::decode::<Resp>(&reply.payload)
                 .map_err(|e| Status::internal(format!("could not decode the response: {e}")))?;
             Ok(Response::from_parts(reply.headers, message, reply.trailers))
         });

@@ -354,7 +354,9 @@ impl Conn {
             return None;
         }
         let deadline = owned.core.deadline(call)?;
-        self.deadlines_pending.store(true, Ordering::Relaxed);
+        if !self.deadlines_pending.swap(true, Ordering::Relaxed) {
+            self.counters.watching_deadlines(true);
+        }
         Some(deadline)
     }
 

@@ -160,7 +160,13 @@ impl Conn {
         // With a message behind it, the HEADERS waits in the link to leave with it: one
         // doorbell (verbs) or one write (TCP) for the two frames.
         let together = headers.is_some() && message.is_some();
-        if let Some(frame) = headers {
+        if let Some(payload) = headers {
+            let frame = Outgoing {
+                kind: Kind::Headers,
+                flags: 0,
+                code: 0,
+                payload,
+            };
             sent = self.post_result_as(owned.core.send(id, frame, method, timeout_us), together);
         }
         if let (Ok(()), Some(frame)) = (&sent, message) {
@@ -223,8 +229,8 @@ impl Conn {
                 }
             }
         }
-        if !owned.core.has_deadlines() {
-            self.deadlines_pending.store(false, Ordering::Relaxed);
+        if !owned.core.has_deadlines() && self.deadlines_pending.swap(false, Ordering::Relaxed) {
+            self.counters.watching_deadlines(false);
         }
         (!ended.is_empty()).then_some(Delivery::Batch(ended))
     }

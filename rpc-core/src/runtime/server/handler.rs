@@ -133,7 +133,7 @@ impl IncomingRequest {
                 self.method.path
             )));
         };
-        let message = M::decode(&**payload).map_err(|e| {
+        let message = super::super::call::decode::<M>(payload).map_err(|e| {
             Status::invalid_argument(format!(
                 "{}: could not decode the request: {e}",
                 self.method.path

@@ -13,17 +13,17 @@ use rpc_sync::CreditLedger;
 use crate::free_list::FreeList;
 
 /// `count` slots of `size` bytes, all free.
-fn full(count: u32, size: u32) -> FreeList<Vec<u8>> {
+fn full(count: u32, size: u32) -> FreeList<Box<[u8]>> {
     let slots = FreeList::new(count as usize);
     for _ in 0..count {
-        slots.give(vec![0u8; size as usize]);
+        slots.give(vec![0u8; size as usize].into_boxed_slice());
     }
     slots
 }
 
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
-    posted: FreeList<Vec<u8>>,
+    posted: FreeList<Box<[u8]>>,
     credits: CreditLedger,
     slot_size: usize,
 }
@@ -44,13 +44,13 @@ impl HeapRecvRing {
     }
 
     /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits.
-    pub(crate) fn take_posted(&self) -> Option<Vec<u8>> {
+    pub(crate) fn take_posted(&self) -> Option<Box<[u8]>> {
         self.posted.take()
     }
 
     /// A filled slot that re-posts itself to this ring when dropped (heap.rs wraps it in a
     /// `RecvBuf`).
-    pub(super) fn filled(self: &Arc<Self>, buf: Vec<u8>) -> HeapRecv {
+    pub(super) fn filled(self: &Arc<Self>, buf: Box<[u8]>) -> HeapRecv {
         HeapRecv {
             buf,
             ring: Arc::clone(self),
@@ -65,7 +65,7 @@ impl HeapRecvRing {
 
 /// A filled heap receive slot (the heap variant of a `RecvBuf`).
 pub(crate) struct HeapRecv {
-    buf: Vec<u8>,
+    buf: Box<[u8]>,
     ring: Arc<HeapRecvRing>,
 }
 
@@ -88,15 +88,15 @@ impl Drop for HeapRecv {
 
 /// Free send slots.
 pub(crate) struct HeapSendPool {
-    free: Arc<FreeList<Vec<u8>>>,
+    free: Arc<FreeList<Box<[u8]>>>,
     slot_size: usize,
 }
 
 /// A heap send slot (the heap variant of a `SendBuf`); back to its pool when dropped, sent or
 /// not.
 pub(crate) struct HeapSend {
-    buf: Vec<u8>,
-    pool: Arc<FreeList<Vec<u8>>>,
+    buf: Box<[u8]>,
+    pool: Arc<FreeList<Box<[u8]>>>,
 }
 
 impl HeapSend {
