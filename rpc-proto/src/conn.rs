@@ -855,7 +855,10 @@ where
         self.highest_call = h.call_id;
         self.counted_calls += 1;
         let mut call = Call::new(None, self.peer.call_window, self.local.call_window);
-        call.one_request = self.one_request.as_ref().is_some_and(|f| (f.0)(h.code));
+        // A call that opens with its one message and END receives nothing more: the rule has
+        // nothing to hold or refuse, and the method need not be looked up for it.
+        let complete = h.kind == Kind::Message && h.has(flags::END);
+        call.one_request = !complete && self.one_request.as_ref().is_some_and(|f| (f.0)(h.code));
         self.calls.insert(h.call_id, call);
         if let Some(last) = self.goodbye_sent {
             if h.call_id > last {
@@ -1382,7 +1385,8 @@ where
     /// holds a message that comes without END until the half-close and reports it then, with
     /// END, as one [`Event::Message`] (opening the call if it did); a second message, or a
     /// half-close without one, ends the call with INTERNAL ([`Event::Refused`] if its data
-    /// was set). Without it (the default) every message is reported as it comes.
+    /// was set). Without it (the default) every message is reported as it comes. A call that
+    /// opens with a MESSAGE carrying END is not asked about: nothing follows it.
     pub fn set_one_request(&mut self, takes_one: impl Fn(u32) -> bool + Send + Sync + 'static) {
         self.one_request = Some(OneRequest(Box::new(takes_one)));
     }

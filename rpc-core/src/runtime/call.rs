@@ -13,13 +13,6 @@ use crate::protocol::v2::Reservation;
 use crate::transport::RecvBuf;
 use crate::{MetadataMap, Status};
 
-/// Who is told when a body's receive slot is re-posted (the connection, whose credits it
-/// frees).
-pub(crate) trait SlotRelease: Send + Sync {
-    /// The slot of a body was re-posted.
-    fn slot_released(self: Arc<Self>);
-}
-
 /// A unary call's reply as its caller gets it.
 pub(crate) struct Reply {
     pub(crate) payload: Payload,
@@ -98,11 +91,10 @@ impl prost::bytes::Buf for SliceBuf<'_> {
 }
 
 /// A received message body: still in its receive slot (decoded in place; the slot is
-/// re-posted when this is dropped) or reassembled from segments.
+/// re-posted when this is dropped, and its link tells the connection if a CREDIT frame is
+/// due) or reassembled from segments.
 pub struct Payload {
     data: PayloadData,
-    /// Told when the slot is released (a body still in its slot).
-    conn: Option<Arc<dyn SlotRelease>>,
 }
 
 enum PayloadData {
@@ -114,21 +106,14 @@ enum PayloadData {
 }
 
 impl Payload {
-    /// A body at `offset..offset + len` of its receive slot `buf`; `owner` is told when the
-    /// slot is released.
-    pub(crate) fn in_slot(
-        buf: RecvBuf,
-        offset: usize,
-        len: usize,
-        owner: Option<Arc<dyn SlotRelease>>,
-    ) -> Payload {
+    /// A body at `offset..offset + len` of its receive slot `buf`.
+    pub(crate) fn in_slot(buf: RecvBuf, offset: usize, len: usize) -> Payload {
         Payload {
             data: PayloadData::Slot {
                 buf,
                 offset: offset as u32,
                 len: len as u32,
             },
-            conn: owner,
         }
     }
 
@@ -136,7 +121,6 @@ impl Payload {
     pub(crate) fn reassembled(bytes: Vec<u8>, held: Option<Box<Reservation>>) -> Payload {
         Payload {
             data: PayloadData::Owned(bytes, held),
-            conn: None,
         }
     }
 
@@ -144,7 +128,6 @@ impl Payload {
     pub(crate) fn owned(bytes: Vec<u8>) -> Payload {
         Payload {
             data: PayloadData::Owned(bytes, None),
-            conn: None,
         }
     }
 
@@ -153,18 +136,16 @@ impl Payload {
     pub(crate) fn detach(mut self) -> Payload {
         if let PayloadData::Slot { buf, offset, len } = &self.data {
             let owned = buf[slot_range(*offset, *len)].to_vec();
+            // Drops the slot: re-posted, its credit counted.
             self.data = PayloadData::Owned(owned, None);
-            if let Some(conn) = self.conn.take() {
-                conn.slot_released();
-            }
         }
         self
     }
 
     /// The body as a stream item: reassembled bytes keep their reservation; a body still in
     /// its slot is copied (one request message of a call the server serves as a stream).
-    pub(crate) fn into_received(mut self) -> Received {
-        match std::mem::replace(&mut self.data, PayloadData::Owned(Vec::new(), None)) {
+    pub(crate) fn into_received(self) -> Received {
+        match self.data {
             PayloadData::Owned(v, held) => Received::new(v, held.map(|h| *h)),
             PayloadData::Slot { buf, offset, len } => {
                 Received::new(buf[slot_range(offset, len)].to_vec(), None)
@@ -183,16 +164,6 @@ impl std::ops::Deref for Payload {
         match &self.data {
             PayloadData::Slot { buf, offset, len } => &buf[slot_range(*offset, *len)],
             PayloadData::Owned(v, _) => v,
-        }
-    }
-}
-
-impl Drop for Payload {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            // Re-post the slot first, then let its credit travel if enough are owed.
-            self.data = PayloadData::Owned(Vec::new(), None);
-            conn.slot_released();
         }
     }
 }

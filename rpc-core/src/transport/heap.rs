@@ -13,8 +13,8 @@ use std::time::Duration;
 use rpc_sync::DrainQueue;
 
 use super::{
-    Completion, CompletionQueue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig, SendBuf,
-    SendInner,
+    Completion, CompletionQueue, CreditsDue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig,
+    SendBuf, SendInner,
 };
 use crate::protocol::v2::Hello;
 use crate::Error;
@@ -221,8 +221,8 @@ impl<T: HeapLink> Link for T {
         self.parts().recv_ring.credits().publish_owed(owed)
     }
 
-    fn credits_due(&self, threshold: u32) -> bool {
-        self.parts().recv_ring.credits().due(threshold)
+    fn on_credits_due(&self, conn: Weak<dyn CreditsDue>, threshold: u32) {
+        self.parts().recv_ring.reposts().set_hook(conn, threshold);
     }
 
     fn local_hello(&self) -> Hello {

@@ -14,8 +14,11 @@ use std::time::Duration;
 use crate::protocol::v2::Hello;
 use crate::Error;
 
+pub use reposts::CreditsDue;
+
 pub mod heap;
 pub mod memory;
+mod reposts;
 pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -57,9 +60,10 @@ pub trait Link: Send + Sync + 'static {
     /// ([`rpc_sync::CreditLedger::publish_owed`]): one of a re-post and a publication always
     /// sees the other, with no fence.
     fn publish_owed(&self, owed: u32) -> u32;
-    /// Whether the re-posts not yet taken plus the owed credits last published reach
-    /// `threshold` (a releaser's check after its re-post was counted).
-    fn credits_due(&self, threshold: u32) -> bool;
+    /// Registers the connection to tell ([`CreditsDue::credits_due`]) when a re-post makes
+    /// the re-posts not yet taken plus the owed credits last published reach `threshold`
+    /// (once per link; the thread that re-posted tells it).
+    fn on_credits_due(&self, conn: std::sync::Weak<dyn CreditsDue>, threshold: u32);
     /// Parameters this side announced in its HELLO.
     fn local_hello(&self) -> Hello;
     /// Parameters the peer announced in its HELLO.

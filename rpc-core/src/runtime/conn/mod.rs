@@ -19,16 +19,17 @@ use std::time::Duration;
 use rpc_sync::{assert_unlocked, Flag, Serializer};
 
 pub(crate) use self::work::{Awaiting, CallRef, Caller, Delivery, OpenCall, Work};
-use super::call::{Encode, SlotRelease};
+use super::call::Encode;
 use super::held_sends;
 use super::port::{Dispatch, Port};
+use super::service::MethodKind;
 use super::stream::StreamShared;
 use super::Counters;
 use crate::protocol::v2::{
     flags, Connection, ConnectionMemory, Hello, Keepalive, Kind, Outgoing, Payload as Body, Role,
     SendError, HEADER_LEN,
 };
-use crate::transport::{Link, SendBuf};
+use crate::transport::{CreditsDue, Link, SendBuf};
 use crate::Status;
 
 type Core = Connection<CallRef, SendBuf>;
@@ -40,6 +41,9 @@ pub(crate) struct Owned {
     /// Bounded by `max_calls`.
     blocked: Vec<Arc<StreamShared>>,
     closed: bool,
+    /// Server: the method of the last call opened, and its kind (a server's methods are
+    /// fixed for its life).
+    last_method: Option<(u32, MethodKind)>,
 }
 
 /// A link and its protocol state.
@@ -98,24 +102,32 @@ impl Conn {
                     .is_some_and(|kind| !kind.receives_stream())
             });
         }
-        Arc::new_cyclic(|me| Conn {
-            me: me.clone(),
-            peer: link.peer_name().into(),
-            serving: role == Role::Server,
-            peer_hello: peer,
-            local_hello: local,
-            max_segment: core.max_segment(),
-            credit_threshold: core.credit_threshold(),
-            deadlines_pending: AtomicBool::new(false),
-            link,
-            state: Serializer::new(Owned {
-                core,
-                blocked: Vec::new(),
-                closed: false,
-            }),
-            dispatch,
-            counters,
-            closed: Flag::new(false),
+        let credit_threshold = core.credit_threshold();
+        Arc::new_cyclic(|me| {
+            link.on_credits_due(
+                me.clone() as std::sync::Weak<dyn CreditsDue>,
+                credit_threshold,
+            );
+            Conn {
+                me: me.clone(),
+                peer: link.peer_name().into(),
+                serving: role == Role::Server,
+                peer_hello: peer,
+                local_hello: local,
+                max_segment: core.max_segment(),
+                credit_threshold,
+                deadlines_pending: AtomicBool::new(false),
+                link,
+                state: Serializer::new(Owned {
+                    core,
+                    blocked: Vec::new(),
+                    closed: false,
+                    last_method: None,
+                }),
+                dispatch,
+                counters,
+                closed: Flag::new(false),
+            }
         })
     }
 
@@ -395,14 +407,11 @@ impl Drop for Conn {
     }
 }
 
-impl SlotRelease for Conn {
-    /// A receive slot of this connection was re-posted (its message consumed or copied
-    /// out): the owner looks at the credits if a CREDIT frame may be due.
-    fn slot_released(self: Arc<Self>) {
-        // After the re-post was counted (see `publish_owed`).
-        if self.link.credits_due(self.credit_threshold) {
-            self.submit(Work::Flush);
-        }
+impl CreditsDue for Conn {
+    /// Receive slots of this connection were re-posted (their messages consumed or copied
+    /// out) up to the threshold: the owner looks at the credits, a CREDIT frame may be due.
+    fn credits_due(&self) {
+        self.submit(Work::Flush);
     }
 }
 

@@ -4,9 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::super::call::{
-    out_of_memory, Payload, Reply, RequestBody, RequestDelivery, SlotRelease,
-};
+use super::super::call::{out_of_memory, Payload, Reply, RequestBody, RequestDelivery};
 use super::super::stream::{Incoming, Received, StreamShared};
 use super::{call_ended, Awaiting, CallRef, Conn, Delivery, Owned};
 use crate::protocol::v2::{
@@ -53,7 +51,7 @@ impl Conn {
                 let metadata = MetadataMap::from_block(&headers);
                 drop(buf);
                 let deadline = self.served_deadline(owned, call, timeout_us);
-                match self.method_kind(method) {
+                match self.method_kind(owned, method) {
                     None => {
                         self.unknown_method(owned, call, method);
                         None
@@ -192,7 +190,7 @@ impl Conn {
                 Some(Delivery::Complete {
                     cell,
                     result: Ok(Reply {
-                        payload: body.into_payload(buf, self),
+                        payload: body.into_payload(buf),
                         headers: MetadataMap::new(),
                         trailers: MetadataMap::new(),
                     }),
@@ -255,7 +253,7 @@ impl Conn {
         let awaiting = match opened {
             Some((method, timeout_us)) => {
                 let deadline = self.served_deadline(owned, call, timeout_us);
-                match self.method_kind(method) {
+                match self.method_kind(owned, method) {
                     None => {
                         drop(buf);
                         self.unknown_method(owned, call, method);
@@ -330,7 +328,7 @@ impl Conn {
             self.end_call(owned, call, &status);
             return None;
         }
-        let payload = body.into_payload(buf, self);
+        let payload = body.into_payload(buf);
         Some(self.serve(owned, call, awaiting, payload))
     }
 
@@ -366,8 +364,17 @@ impl Conn {
         self.deadlines_pending.load(Ordering::Relaxed)
     }
 
-    pub(super) fn method_kind(&self, method: u32) -> Option<MethodKind> {
-        self.dispatch.as_ref().and_then(|d| d.kind(method))
+    /// The kind of `method` on this server (`None`: no service has it); the last answer is
+    /// kept, as calls mostly repeat their method.
+    pub(super) fn method_kind(&self, owned: &mut Owned, method: u32) -> Option<MethodKind> {
+        match owned.last_method {
+            Some((last, kind)) if last == method => Some(kind),
+            _ => {
+                let kind = self.dispatch.as_ref().and_then(|d| d.kind(method))?;
+                owned.last_method = Some((method, kind));
+                Some(kind)
+            }
+        }
     }
 
     /// Server: a call of a method no service has is answered at once.
@@ -498,14 +505,9 @@ impl Span {
         }
     }
 
-    fn into_payload(self, buf: RecvBuf, conn: &Conn) -> Payload {
+    fn into_payload(self, buf: RecvBuf) -> Payload {
         match self {
-            Span::InFrame(offset, len) => Payload::in_slot(
-                buf,
-                offset,
-                len,
-                conn.me.upgrade().map(|c| c as Arc<dyn SlotRelease>),
-            ),
+            Span::InFrame(offset, len) => Payload::in_slot(buf, offset, len),
             Span::Owned(v, held) => {
                 drop(buf);
                 Payload::reassembled(v, held)

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use rpc_sync::CreditLedger;
 
+use crate::transport::reposts::Reposts;
+
 use crate::free_list::FreeList;
 
 /// `count` slots of `size` bytes, all free.
@@ -24,7 +26,7 @@ fn full(count: u32, size: u32) -> FreeList<Box<[u8]>> {
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
     posted: FreeList<Box<[u8]>>,
-    credits: CreditLedger,
+    reposts: Reposts,
     slot_size: usize,
 }
 
@@ -33,7 +35,7 @@ impl HeapRecvRing {
     pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
         Arc::new(HeapRecvRing {
             posted: full(count, size),
-            credits: CreditLedger::new(),
+            reposts: Reposts::new(),
             slot_size: size as usize,
         })
     }
@@ -59,7 +61,12 @@ impl HeapRecvRing {
 
     /// The ring's credit ledger: re-posts not taken yet, and the owed credits published.
     pub(crate) fn credits(&self) -> &CreditLedger {
-        &self.credits
+        self.reposts.ledger()
+    }
+
+    /// The re-post count, for registering the connection to tell when credits are due.
+    pub(crate) fn reposts(&self) -> &Reposts {
+        &self.reposts
     }
 }
 
@@ -81,7 +88,7 @@ impl Drop for HeapRecv {
         // The slot must be back in the pool before the credit is counted: the peer may send
         // into it as soon as it learns of the credit.
         if self.ring.posted.give(buf) {
-            self.ring.credits.release();
+            self.ring.reposts.release();
         }
     }
 }

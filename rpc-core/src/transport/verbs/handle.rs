@@ -3,12 +3,12 @@
 //! `SendBuf`, and mod.rs names `link.rs`'s buffer types: both in one file would be an import
 //! cycle.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::link::{LinkInner, VerbsSend};
 use super::qp::QpAttributes;
 use crate::protocol::v2::Hello;
-use crate::transport::{Link, LinkId, SendBuf, SendInner};
+use crate::transport::{CreditsDue, Link, LinkId, SendBuf, SendInner};
 use crate::Error;
 
 /// The [`Link`] of the verbs transport.
@@ -102,8 +102,8 @@ impl Link for VerbsLink {
         self.inner.credits().publish_owed(owed)
     }
 
-    fn credits_due(&self, threshold: u32) -> bool {
-        self.inner.credits().due(threshold)
+    fn on_credits_due(&self, conn: Weak<dyn CreditsDue>, threshold: u32) {
+        self.inner.reposts().set_hook(conn, threshold);
     }
 
     fn local_hello(&self) -> Hello {

@@ -37,6 +37,8 @@ use crossbeam::queue::ArrayQueue;
 use rdma_sys::ibv_send_flags;
 use rpc_sync::{CreditLedger, Flag, Mutex};
 
+use crate::transport::reposts::Reposts;
+
 use super::cm::CmEvent;
 use super::cq::CqeReservation;
 use super::events::CmDispatcher;
@@ -73,7 +75,7 @@ pub(super) struct LinkInner {
     id: u64,
     free: ArrayQueue<u32>,
     send_state: Mutex<SendState>,
-    reposted: CreditLedger,
+    reposted: Reposts,
     closing: Flag,
     closed_reported: Flag,
     reason: Mutex<Option<String>>,
@@ -124,7 +126,7 @@ impl LinkInner {
                 inflight: VecDeque::with_capacity(count as usize),
                 held: Vec::with_capacity(count as usize),
             }),
-            reposted: CreditLedger::new(),
+            reposted: Reposts::new(),
             closing: Flag::new(false),
             closed_reported: Flag::new(false),
             reason: Mutex::new(None),
@@ -181,6 +183,11 @@ impl LinkInner {
 
     /// Re-posted receive slots not yet taken as credits, and the owed credits published.
     pub(super) fn credits(&self) -> &CreditLedger {
+        self.reposted.ledger()
+    }
+
+    /// The re-post count, for registering the connection to tell when credits are due.
+    pub(super) fn reposts(&self) -> &Reposts {
         &self.reposted
     }
 
