@@ -334,3 +334,49 @@ fn to_frame_is_the_header_with_its_segment_length_then_the_payload() {
         }
     );
 }
+
+/// The quick path of `Header::decode` accepts exactly what the full checks accept, over every
+/// combination of kind, flags and the fields the per-kind table constrains (zero, non-zero),
+/// with consistent and inconsistent segment bounds, and a stray reserved byte.
+#[test]
+fn quick_header_path_agrees_with_the_full_checks() {
+    let mut accepted = 0;
+    for kind in 0u8..=10 {
+        for fl in 0u16..8 {
+            for fields in 0u32..64 {
+                let bit = |i: u32| fields & (1 << i) != 0;
+                let mut buf = [0u8; HEADER_LEN];
+                buf[..3].copy_from_slice(&[b'R', b'P', VERSION]);
+                buf[3] = kind;
+                buf[4..6].copy_from_slice(&fl.to_le_bytes());
+                buf[6..8].copy_from_slice(&u16::from(bit(0)).to_le_bytes());
+                buf[8..16].copy_from_slice(&u64::from(bit(1)).to_le_bytes());
+                buf[16..20].copy_from_slice(&u32::from(bit(2)).to_le_bytes());
+                buf[20..24].copy_from_slice(&u32::from(bit(3)).to_le_bytes());
+                let (message_len, offset, segment) = match (bit(4), bit(5)) {
+                    (false, false) => (10u32, 0u32, 10u32),
+                    (true, false) => (0, 0, 0),
+                    (false, true) => (10, 4, 6),
+                    (true, true) => (10, 8, 6),
+                };
+                buf[24..28].copy_from_slice(&message_len.to_le_bytes());
+                buf[28..32].copy_from_slice(&offset.to_le_bytes());
+                buf[32..36].copy_from_slice(&segment.to_le_bytes());
+                for reserved in [0u8, 1] {
+                    buf[39] = reserved;
+                    let quick = Header::quick_call_frame(&buf);
+                    let full = Header::decode_checked(&buf).ok();
+                    if let Some(h) = quick {
+                        assert_eq!(Some(h), full, "quick path accepted {buf:?}");
+                        accepted += 1;
+                    }
+                    assert_eq!(Header::decode(&buf).ok(), full, "{buf:?}");
+                }
+            }
+        }
+    }
+    assert!(
+        accepted > 100,
+        "the quick path took only {accepted} headers"
+    );
+}
