@@ -19,8 +19,6 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use foldhash::{HashMap, HashMapExt};
-
 use crate::frame::{
     flags, violation, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD,
 };
@@ -29,6 +27,9 @@ use crate::metadata;
 use crate::Violation;
 use crate::{Code, Error, WireStatus};
 
+mod table;
+
+use table::CallTable;
 mod timers;
 pub use timers::{Expiry, Keepalive};
 use timers::{KeepaliveStep, Timers};
@@ -405,7 +406,7 @@ pub struct Connection<C, P> {
     owed: u32,
     /// Credits the peer holds for our slots, as far as we know (never below the truth).
     peer_credits: u32,
-    calls: HashMap<u64, Call<C, P>>,
+    calls: CallTable<Call<C, P>>,
     /// Calls counted against `max_calls`.
     counted_calls: u32,
     /// Highest call id opened on this connection.
@@ -462,7 +463,7 @@ where
             send_credits: peer.slot_count,
             owed: 0,
             peer_credits: local.slot_count,
-            calls: HashMap::new(),
+            calls: CallTable::new(),
             counted_calls: 0,
             highest_call: 0,
             ready: VecDeque::new(),
@@ -1156,10 +1157,7 @@ where
     /// Marks a call closed on this side; returns its data. Counting: a server stops counting
     /// it now; a client when the server ended it (now) or when its CANCEL is emitted.
     fn close_call(&mut self, id: u64) -> Option<C> {
-        let std::collections::hash_map::Entry::Occupied(mut entry) = self.calls.entry(id) else {
-            return None;
-        };
-        let call = entry.get_mut();
+        let call = self.calls.get_mut(&id)?;
         if call.state != State::Open {
             return None;
         }
@@ -1169,7 +1167,7 @@ where
                 self.counted_calls -= 1;
             }
             // Frames queued for it, a frame in reassembly and its metadata go with it.
-            entry.remove().user
+            self.calls.remove(&id).and_then(|call| call.user)
         } else {
             // Kept until its CANCEL leaves; frames queued for it are pointless now (a
             // started frame's remaining segments included: the receiver drops a partial
@@ -1884,6 +1882,7 @@ where
         let mut calls: Vec<(u64, C)> = self
             .calls
             .drain()
+            .into_iter()
             .filter_map(|(id, c)| c.user.map(|u| (id, u)))
             .collect();
         calls.sort_by_key(|(id, _)| *id);
@@ -1899,7 +1898,7 @@ where
 /// [`Connection::open_call_for`] on the call table alone (the rest of the connection stays
 /// free to borrow).
 fn open_call_in<'c, C, P>(
-    calls: &'c mut HashMap<u64, Call<C, P>>,
+    calls: &'c mut CallTable<Call<C, P>>,
     highest_call: u64,
     h: &Header,
 ) -> Result<Option<&'c mut Call<C, P>>, Error> {
@@ -1954,25 +1953,35 @@ fn check_call_order<C, P>(role: Role, call: &Call<C, P>, h: &Header) -> Result<(
 
 /// A frame above this side's limits: the call fails with RESOURCE_EXHAUSTED (not a
 /// violation).
+#[inline]
 fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<WireStatus> {
-    let (limit, what) = match h.kind {
-        Kind::Message => (local.max_message_size, "message"),
-        _ => (local.max_metadata_size, "metadata block"),
+    let limit = match h.kind {
+        Kind::Message => local.max_message_size,
+        _ => local.max_metadata_size,
     };
     if h.message_len <= limit {
         return None;
     }
+    Some(over_limit_status(role, h, limit))
+}
+
+#[cold]
+fn over_limit_status(role: Role, h: &Header, limit: u32) -> WireStatus {
+    let what = match h.kind {
+        Kind::Message => "message",
+        _ => "metadata block",
+    };
     let side = match role {
         Role::Server => "server",
         Role::Client => "client",
     };
-    Some(WireStatus::new(
+    WireStatus::new(
         Code::ResourceExhausted,
         format!(
             "{what} of {} bytes exceeds the {side}'s limit of {limit} bytes",
             h.message_len
         ),
-    ))
+    )
 }
 
 /// The END block for `status`: `grpc-message` (cut to fit), `grpc-status-details-bin`, then
