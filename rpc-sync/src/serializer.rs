@@ -87,6 +87,7 @@ impl<S, W> Serializer<S, W> {
 
     /// Runs `work` through `step` now or leaves it to the current owner; see the type's
     /// docs. `deliver` runs each delivery a step produced, with the state let go.
+    #[inline]
     pub fn submit<D>(
         &self,
         work: W,

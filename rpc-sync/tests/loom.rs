@@ -302,13 +302,14 @@ fn flag_publishes_and_one_raiser_wins() {
     });
 }
 
-/// The credit rule of a connection (rpc-core's `Conn::slot_released` and
-/// `Conn::publish_owed`), on the real `CreditLedger`: a thread that re-posts a receive slot
-/// counts it and asks the owner for a step only if the credits due reach the threshold; the
-/// owner's step takes the re-posts, sends a CREDIT once the owed credits reach the threshold,
-/// then publishes what it still owes, which returns the re-posts counted meanwhile. Two
-/// releasers race a step (a frame arrived): credits that reach the threshold are never left
-/// with nobody to send them (the peer could be waiting for them), and none is lost.
+/// The credit rule of a connection (rpc-core's `Reposts::release` and `Conn::publish_owed`),
+/// on the real `CreditLedger`: a thread that re-posts a receive slot counts it and asks the
+/// owner for a step only if the credits due reach the threshold; the owner's step takes the
+/// re-posts, sends a CREDIT once the owed credits reach the threshold, then publishes what it
+/// still owes (unless that is the figure it published last), which returns the re-posts
+/// counted meanwhile. Two releasers race a step (a frame arrived): credits that reach the
+/// threshold are never left with nobody to send them (the peer could be waiting for them),
+/// and none is lost.
 #[test]
 fn credits_due_are_never_left_unsent() {
     use rpc_sync::CreditLedger;
@@ -316,6 +317,7 @@ fn credits_due_are_never_left_unsent() {
     struct Owner {
         owed: u32,
         sent: u32,
+        published: u32,
     }
     fn transmit(owner: &mut Owner) {
         if owner.owed >= THRESHOLD {
@@ -327,7 +329,11 @@ fn credits_due_are_never_left_unsent() {
         owner.owed += ledger.take_released();
         transmit(owner);
         loop {
+            if owner.owed == owner.published {
+                return;
+            }
             let pending = ledger.publish_owed(owner.owed);
+            owner.published = owner.owed;
             if pending == 0 || owner.owed + pending < THRESHOLD {
                 return;
             }
@@ -349,7 +355,11 @@ fn credits_due_are_never_left_unsent() {
             })
             .collect();
         // This thread owns the connection: a step for a frame that arrived meanwhile.
-        let mut owner = Owner { owed: 0, sent: 0 };
+        let mut owner = Owner {
+            owed: 0,
+            sent: 0,
+            published: 0,
+        };
         step(&mut owner, &ledger);
         for t in releasers {
             t.join().unwrap();

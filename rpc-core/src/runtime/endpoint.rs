@@ -281,8 +281,10 @@ impl Endpoint {
         Some(guard.with(|state| {
             let mut batch = std::mem::take(&mut state.batch);
             let n = self.cq.poll(&mut batch, POLL_BATCH);
-            // In order, by value; the batch keeps its capacity for the next poll.
-            for c in batch.drain(..) {
+            // In order, by value, popped from the end (cheaper than a `drain` for a few); the
+            // batch keeps its capacity for the next poll.
+            batch.reverse();
+            while let Some(c) = batch.pop() {
                 self.route(c, state);
             }
             state.batch = batch;
@@ -616,15 +618,16 @@ impl Endpoint {
             | Completion::Closed { link, .. } => *link,
         };
         let orphans = &mut state.orphans;
-        // Consecutive completions mostly belong to the same link: skip the map for those.
-        let known = match &state.last {
-            Some(c) if c.link.id() == id && !c.is_closed() => Some(Arc::clone(c)),
-            _ => {
-                let found = self.links.read().get(&id).cloned();
-                state.last.clone_from(&found);
-                found
+        // Consecutive completions mostly belong to the same link: skip the map (and the
+        // reference count) for those; a link's held completions come before its others.
+        if let Some((last, conn)) = &state.last {
+            if *last == id && !conn.is_closed() && orphans.held.is_empty() {
+                self.handle(completion, conn);
+                return;
             }
-        };
+        }
+        let known = self.links.read().get(&id).cloned();
+        state.last = known.as_ref().map(|c| (id, Arc::clone(c)));
         match known {
             Some(conn) => {
                 // Held completions are rare (a link's first ones, before it is registered).
@@ -779,8 +782,8 @@ fn run_woken_tasks() {
 struct PollState {
     orphans: Orphans,
     batch: Vec<Completion>,
-    /// The link of the previous completion.
-    last: Option<Arc<Conn>>,
+    /// The link of the previous completion, and its connection.
+    last: Option<(LinkId, Arc<Conn>)>,
 }
 
 /// Completions held for links not registered yet, with when the first arrived.

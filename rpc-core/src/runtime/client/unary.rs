@@ -1,5 +1,6 @@
 //! A unary call in flight ([`Started`]) and its async form ([`ResponseFuture`]).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -40,13 +41,33 @@ impl Drop for Started {
         // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
         // future was dropped) may still be completed, so it is not pooled.
         if self.cell.outcome.is_complete() {
-            self.cells.give(Arc::clone(&self.cell));
+            let cell = Arc::clone(&self.cell);
+            // The thread's own spare first: its next call takes it back without a lock.
+            let spare = SPARE_CELL.with(|spare| spare.replace(Some(cell)));
+            if let Some(older) = spare {
+                self.cells.give(older);
+            }
         }
     }
 }
 
+thread_local! {
+    /// The cell of this thread's last finished call: a thread making one call after another
+    /// reuses it without going through the client's pool (and its lock). The one it displaces
+    /// goes to the pool.
+    static SPARE_CELL: Cell<Option<Arc<CallCell>>> = const { Cell::new(None) };
+}
+
 /// A call cell for a new call: a pooled one that nobody holds any more, else a new one.
 pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
+    if let Some(mut cell) = SPARE_CELL.with(Cell::take) {
+        if let Some(unshared) = Arc::get_mut(&mut cell) {
+            unshared.reset();
+            return cell;
+        }
+        // Its completer still holds it for a moment: to the back of the pool.
+        cells.give(cell);
+    }
     // The most recently finished cells may still be held by their completer for a moment;
     // they go back to the end of the queue, and the older ones ahead of them are free.
     for _ in 0..2 {

@@ -44,6 +44,8 @@ pub(crate) struct Owned {
     /// Server: the method of the last call opened, and its kind (a server's methods are
     /// fixed for its life).
     last_method: Option<(u32, MethodKind)>,
+    /// The owed credits as last published in the link's credit ledger (which starts at 0).
+    published_owed: u32,
 }
 
 /// A link and its protocol state.
@@ -123,6 +125,7 @@ impl Conn {
                     blocked: Vec::new(),
                     closed: false,
                     last_method: None,
+                    published_owed: 0,
                 }),
                 dispatch,
                 counters,
@@ -143,6 +146,7 @@ impl Conn {
     }
 
     /// Runs `work` now or leaves it to the thread that owns the state; deliveries run here.
+    #[inline]
     pub(crate) fn submit(&self, work: Work) {
         self.state.submit(
             work,
@@ -302,8 +306,12 @@ impl Conn {
             Delivery::settle_in_place(&mut delivery);
             return delivery;
         }
-        self.take_reposted(owned);
         let received = matches!(work, Work::Frame(_));
+        if !received {
+            // The credits that frames of this step carry back (a received frame's step takes
+            // them once it is done with the frame, before it transmits).
+            self.take_reposted(owned);
+        }
         let mut delivery = match work {
             Work::Frame(buf) => self.on_frame(owned, buf),
             Work::Open(call) => self.open(owned, call),
@@ -337,7 +345,7 @@ impl Conn {
             Work::Attach { call, task } => {
                 if owned
                     .core
-                    .set_user(call, CallRef::Served(Some(Arc::clone(&task))))
+                    .set_user(call, CallRef::Served(Arc::clone(&task)))
                 {
                     None
                 } else {
@@ -373,16 +381,23 @@ impl Conn {
         }
     }
 
-    /// Publishes the owed credits for [`Conn::slot_released`], then looks once more at the
-    /// re-posts not yet taken: one released after this step took them may have read the
-    /// previous figure and left its credit to this step.
+    /// Publishes the owed credits for the threads that re-post receive slots (see
+    /// [`CreditsDue`]), then looks once more at the re-posts not yet taken: one released
+    /// after this step took them may have read the previous figure and left its credit to
+    /// this step. Nothing to do when the figure did not change since it was last published:
+    /// every re-post since this step took them was judged by its releaser against the very
+    /// figure this step would publish.
     fn publish_owed(&self, owned: &mut Owned) {
         loop {
             let owed = owned.core.owed();
-            // Pairs with `slot_released`: the figure is published and the re-posts read in
+            if owed == owned.published_owed {
+                return;
+            }
+            // Pairs with a releaser's count: the figure is published and the re-posts read in
             // one step of the link's credit ledger, so a release and this step always see one
             // another (the loom model `credits_due_are_never_left_unsent`).
             let pending = self.link.publish_owed(owed);
+            owned.published_owed = owed;
             if pending == 0 || owed.saturating_add(pending) < self.credit_threshold {
                 return;
             }
@@ -393,6 +408,7 @@ impl Conn {
                 // No CREDIT could go (no send credit left): the frame that brings one back
                 // runs a step, which sends it. Meanwhile every release asks again.
                 self.link.publish_owed(owed);
+                owned.published_owed = owed;
                 return;
             }
         }
@@ -513,8 +529,8 @@ fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
             stream,
             end: Err(status),
         }),
-        CallRef::Served(Some(task)) => Some(Delivery::CancelTask(task)),
-        CallRef::Served(None) | CallRef::Awaiting(_) => None,
+        CallRef::Served(task) => Some(Delivery::CancelTask(task)),
+        CallRef::Awaiting(_) => None,
     }
 }
 

@@ -413,10 +413,9 @@ impl Conn {
                     .set_user(call, CallRef::Stream(Arc::clone(&stream)));
                 Some(stream)
             }
-            _ => {
-                owned.core.set_user(call, CallRef::Served(None));
-                None
-            }
+            // A unary call keeps no data in the core until its handler's task awaits
+            // (`Work::Attach`): cancelled before, it has nothing to tell.
+            _ => None,
         };
         Delivery::Request(RequestDelivery {
             call,

@@ -19,9 +19,9 @@ use crate::{MetadataMap, Status};
 pub(crate) enum CallRef {
     /// Client, unary: where the outcome goes.
     Waiter(Arc<CallCell>),
-    /// Server, unary: a call handed to its handler, and the handler's task once it awaits
-    /// (cancelled with the call).
-    Served(Option<Arc<dyn Cancel>>),
+    /// Server, unary: the task of a call's handler that awaits (cancelled with the call).
+    /// Until it awaits, a unary call keeps no data in the core.
+    Served(Arc<dyn Cancel>),
     /// Either side: a streaming call.
     Stream(Arc<StreamShared>),
     /// Server: a one-request call opened by its headers, its message still to come.
