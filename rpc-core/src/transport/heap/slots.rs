@@ -12,11 +12,11 @@ use rpc_sync::CreditLedger;
 
 use crate::transport::reposts::Reposts;
 
-use crate::free_list::FreeList;
+use crate::free_list::FreeStack;
 
 /// `count` slots of `size` bytes, all free.
-fn full(count: u32, size: u32) -> FreeList<Box<[u8]>> {
-    let slots = FreeList::new(count as usize);
+fn full(count: u32, size: u32) -> FreeStack<Box<[u8]>> {
+    let slots = FreeStack::new(count as usize);
     for _ in 0..count {
         slots.give(vec![0u8; size as usize].into_boxed_slice());
     }
@@ -25,7 +25,7 @@ fn full(count: u32, size: u32) -> FreeList<Box<[u8]>> {
 
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
-    posted: FreeList<Box<[u8]>>,
+    posted: FreeStack<Box<[u8]>>,
     reposts: Reposts,
     slot_size: usize,
 }
@@ -95,7 +95,7 @@ impl Drop for HeapRecv {
 
 /// Free send slots.
 pub(crate) struct HeapSendPool {
-    free: Arc<FreeList<Box<[u8]>>>,
+    free: Arc<FreeStack<Box<[u8]>>>,
     slot_size: usize,
 }
 
@@ -103,7 +103,7 @@ pub(crate) struct HeapSendPool {
 /// not.
 pub(crate) struct HeapSend {
     buf: Box<[u8]>,
-    pool: Arc<FreeList<Box<[u8]>>>,
+    pool: Arc<FreeStack<Box<[u8]>>>,
 }
 
 impl HeapSend {
