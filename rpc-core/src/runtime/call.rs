@@ -59,6 +59,27 @@ impl<M: prost::Message> Encode for M {
     }
 }
 
+/// A message whose encoded length was measured already (for a size check): encoding it does
+/// not measure it again.
+pub(crate) struct Measured<'a, M> {
+    pub(crate) message: &'a M,
+    pub(crate) len: usize,
+}
+
+impl<M: prost::Message> Encode for Measured<'_, M> {
+    fn encoded_len(&self) -> usize {
+        self.len
+    }
+    fn encode_into(&self, mut out: &mut [u8]) {
+        self.message.encode_raw(&mut out);
+    }
+    fn encode_to_vec(&self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len);
+        self.message.encode_raw(&mut out);
+        out
+    }
+}
+
 /// Decodes a protobuf message from `bytes` as `M::decode(bytes)` does, with one allocation
 /// and one copy less for each `bytes` field: prost reads such a field through
 /// [`Buf::copy_to_bytes`](prost::bytes::Buf::copy_to_bytes), whose default builds a

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use rpc_sync::{assert_unlocked, Count};
 
-use crate::runtime::call::Payload;
+use crate::runtime::call::{Measured, Payload};
 use crate::runtime::pool::{PoolJob, Spawner};
 use crate::runtime::port::Port;
 use crate::runtime::service::{MethodDescriptor, ServiceDescriptor};
@@ -203,6 +203,10 @@ impl ReplySink {
             return;
         }
         let (headers, message, trailers) = response.into_parts();
+        let message = Measured {
+            message: &message,
+            len,
+        };
         self.port.reply(self.id, headers, &message, trailers);
     }
 
