@@ -116,7 +116,8 @@ unit-test:
 # The loom models of rpc-sync's hand-off primitives (their own target dir: --cfg loom rebuilds
 # every dependency).
 loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom $(CARGO) test -p rpc-sync --release --test loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(TARGET_DIR)/loom CARGO_PROFILE_RELEASE_LTO=false \
+	  CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 $(CARGO) test -p rpc-sync --release --test loom
 
 # The workspace's binaries (debug), which the interop runs and the two-host demo use.
 bins:

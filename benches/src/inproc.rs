@@ -76,6 +76,9 @@ impl InprocResult {
 
 /// Makes `args.calls` echo calls of `args.size` bytes; `allocations` reads the process's
 /// allocation count (the binary's global allocator), if it has one.
+// Not inlined into `main` (the release profile's LTO would): a stage of the instruction counts
+// is measured from its inclusive cost (`bench-report callgrind-stages`).
+#[inline(never)]
 pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<InprocResult, String> {
     let spin = |d: Duration| if args.default_spin { None } else { Some(d) };
     let mut server_builder = rpc_core::Server::builder();

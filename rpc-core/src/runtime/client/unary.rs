@@ -268,6 +268,7 @@ impl Client {
 
     /// Makes a unary call and blocks until its response, its deadline or the connection's
     /// loss.
+    #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     pub fn unary<Req, Resp>(
         &self,
         method: &'static MethodDescriptor,
