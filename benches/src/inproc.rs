@@ -119,7 +119,7 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
     let mut start = None;
     for seq in 0..args.calls {
         if seq == args.warmup {
-            start = Some(Snapshot::take(allocations));
+            start = Some(Snapshot::start(allocations));
         }
         let mut request = rpc_core::Request::new(EchoRequest {
             payload: payload.request(seq),
@@ -139,7 +139,7 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
         }
     }
     let window = args.calls - args.warmup;
-    let end = Snapshot::take(allocations);
+    let end = Snapshot::end(allocations);
     let start = start.unwrap_or(end);
     let per_call = |n: u64| n as f64 / window.max(1) as f64;
     let per_message = |n: u64| n as f64 / (2 * window).max(1) as f64;
@@ -174,12 +174,26 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn take(allocations: Option<fn() -> u64>) -> Snapshot {
+    /// The counters at the start of the window: reading `/proc` allocates, so the allocation
+    /// count is read after it, and outside the window.
+    fn start(allocations: Option<fn() -> u64>) -> Snapshot {
+        let sleeps = sleeps();
         Snapshot {
-            allocations: allocations.map(|f| f()),
             wakeups: rpc_core::wakeups_issued(),
-            sleeps: sleeps(),
             verbs: rpc_core::transport::verbs::verbs_stats(),
+            sleeps,
+            allocations: allocations.map(|f| f()),
+        }
+    }
+
+    /// The counters at the end of the window: the allocation count first, before `/proc`.
+    fn end(allocations: Option<fn() -> u64>) -> Snapshot {
+        let allocations = allocations.map(|f| f());
+        Snapshot {
+            allocations,
+            wakeups: rpc_core::wakeups_issued(),
+            verbs: rpc_core::transport::verbs::verbs_stats(),
+            sleeps: sleeps(),
         }
     }
 }

@@ -175,7 +175,7 @@ impl Builder {
     ///
     /// Async handlers are the default because they are what tonic users write and what a
     /// handler that calls another service, a database or a timer needs: awaiting parks no
-    /// thread. A sync handler saves the task (one allocation) and runs on its worker thread
+    /// thread. A sync handler saves the task (its future's state) and runs on its worker thread
     /// from start to end: the lowest latency for handlers that never wait, at the cost of a
     /// blocked worker for those that do.
     pub fn sync_handlers(mut self, enable: bool) -> Self {

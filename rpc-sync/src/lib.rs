@@ -20,7 +20,8 @@
 //!   owner to the thread or task reading them; and the owner's "send the next message" to a
 //!   stream's sender.
 //! - [`Task`]: a future in one allocation, polled by one thread at a time and handed to a
-//!   [`Schedule`] when woken: how async handlers run without an async runtime.
+//!   [`Schedule`] when woken: how async handlers run without an async runtime; renewable for
+//!   the next future once done and unshared, so the allocation is reused.
 //! - [`WorkQueue`]: work from any thread to a pool of worker threads, which park while it
 //!   is empty; its buffer is reused, so queueing allocates nothing in a steady state.
 //! - [`Exclusive`]: a try-only lock. Whoever gets it owns the data until it lets go; nobody

@@ -1,7 +1,9 @@
 //! [`Task`]: a future in one allocation, polled by one thread at a time, re-scheduled through
 //! a [`Schedule`] when woken. The runtime's async handlers run as tasks on its worker pool
-//! (their first poll where the handler was called), so no async runtime is needed; a handler that
-//! finishes on its first poll costs exactly this one allocation.
+//! (their first poll where the handler was called), so no async runtime is needed. A finished
+//! task that nobody else holds can be renewed for another future of its type
+//! ([`Task::renew`]): the runtime keeps one per handler and thread, so a handler that finishes
+//! on its first poll costs no allocation.
 //!
 //! State machine (the loom models in `tests/loom.rs` check it): `SCHEDULED` (queued or
 //! about to run) → `RUNNING` → `IDLE` (pending, waiting for a wake) or `DONE`. A wake of an
@@ -73,6 +75,31 @@ where
             future: UnsafeCell::new(Some(future)),
             scheduler,
         })
+    }
+
+    /// Makes a finished task new again for the future `make` returns and `scheduler`, reusing
+    /// its allocation: only if it is done and nobody else holds it (no waker, no queue entry,
+    /// no canceller: `Arc::get_mut` is the proof), else gives both back unused. The future is
+    /// made where it will live. The task is then `SCHEDULED`, as [`Task::new`] makes it.
+    #[inline]
+    pub fn renew<M>(this: &mut Arc<Self>, make: M, scheduler: S) -> Result<(), (M, S)>
+    where
+        M: FnOnce() -> F,
+    {
+        let Some(task) = Arc::get_mut(this) else {
+            return Err((make, scheduler));
+        };
+        if task.state.load(Ordering::Acquire) != DONE {
+            return Err((make, scheduler));
+        }
+        // SAFETY: `get_mut` gave this thread the only reference to the task, so nobody else
+        // can touch `future`; it is `None` (a done task's future was dropped in place), and
+        // the new one is written in place and never moved out, as pinning requires.
+        task.future.with_mut(|f| unsafe { *f = Some(make()) });
+        task.scheduler = scheduler;
+        task.cancelled.store(false, Ordering::Relaxed);
+        task.state.store(SCHEDULED, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether the future finished or was dropped.

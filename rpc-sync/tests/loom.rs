@@ -680,6 +680,45 @@ fn task_cancel_drops_the_future() {
     });
 }
 
+/// A finished task is renewed (its allocation reused for the next future) only when nobody
+/// else holds it: a waker held by another thread, woken and dropped at any point around the
+/// renewal, never schedules the task, and the renewed task runs its new future to the end;
+/// while the waker is held, renewing is refused, and once it is dropped it succeeds.
+#[test]
+fn task_renew_only_when_unshared() {
+    use rpc_sync::{Runnable, Task};
+    loom::model(|| {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let queue = Queue::default();
+        let ready = |polls: &Arc<AtomicUsize>| UntilSet {
+            flag: Arc::new(loom::sync::atomic::AtomicBool::new(true)),
+            polls: Arc::clone(polls),
+        };
+        let mut task = Task::new(ready(&polls), queue.clone());
+        std::sync::Arc::clone(&task).run();
+        assert!(task.is_done());
+        let waker = std::task::Waker::from(std::sync::Arc::clone(&task));
+        let t = thread::spawn(move || waker.wake());
+        let renewed = Task::renew(&mut task, || ready(&polls), queue.clone());
+        t.join().unwrap();
+        assert!(
+            queue.0.lock().unwrap().is_empty(),
+            "a wake of a finished task scheduled it"
+        );
+        if renewed.is_err() {
+            assert_eq!(polls.load(Ordering::SeqCst), 1);
+            assert!(
+                Task::renew(&mut task, || ready(&polls), queue.clone()).is_ok(),
+                "refused with no other holder"
+            );
+        }
+        assert!(!task.is_done(), "a renewed task is scheduled, not done");
+        std::sync::Arc::clone(&task).run();
+        assert!(task.is_done());
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+    });
+}
+
 /// Two workers block for work while items are queued one by one: both items are taken,
 /// each by one worker; no worker sleeps through an item meant for it.
 #[test]

@@ -121,16 +121,19 @@ fn stream_failed(reply: ReplySink, sender: &StreamSender, status: Status) {
 /// Runs `future` as a task: its first poll here and now (where `Service::call` runs: a
 /// worker, or the receiving thread for `Execution::Inline`), later ones on the worker pool
 /// when woken (for `Execution::Inline`, on the server's poller when that is what woke it);
-/// cancelling the call drops it.
+/// cancelling the call drops it. A task that finishes on its first poll is kept for the
+/// handler's next call on this thread (`spare_tasks`): no allocation per call.
 fn spawn<Fut>(reply: ReplySink, future: impl FnOnce(ReplySink) -> Fut)
 where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let canceller = reply.canceller();
     let spawner = reply.spawner();
-    let task = rpc_sync::Task::new(future(reply), spawner);
+    let task = super::spare_tasks::task_for(move || future(reply), spawner);
     rpc_sync::Runnable::run(std::sync::Arc::clone(&task));
-    if !task.is_done() {
+    if task.is_done() {
+        super::spare_tasks::keep(task);
+    } else {
         canceller.attach(task);
     }
 }

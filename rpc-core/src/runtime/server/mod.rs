@@ -4,6 +4,7 @@
 mod dispatch;
 mod handler;
 pub(crate) mod handlers;
+mod spare_tasks;
 
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
