@@ -42,9 +42,13 @@ impl<T> Request<T> {
         self.timeout = Some(timeout);
     }
 
-    /// The timeout the caller set, if any.
+    /// The timeout the caller set, if any; on the server, the time left until the call's
+    /// deadline (read from the clock when asked).
     pub fn timeout(&self) -> Option<Duration> {
-        self.timeout
+        self.timeout.or_else(|| {
+            self.deadline
+                .map(|d| d.saturating_duration_since(Instant::now()))
+        })
     }
 
     /// Server side: the instant by which the caller stops waiting, if it set a timeout.
@@ -117,7 +121,8 @@ impl<T> Request<T> {
         Request {
             message,
             metadata,
-            timeout: deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            // Derived from the deadline when asked (`Request::timeout`): no clock read per call.
+            timeout: None,
             deadline,
             peer: Some(peer),
         }

@@ -46,6 +46,9 @@ pub(crate) struct Owned {
     last_method: Option<(u32, MethodKind)>,
     /// The owed credits as last published in the link's credit ledger (which starts at 0).
     published_owed: u32,
+    /// Server: the box of the last call that waited for its message after its headers
+    /// (`CallRef::Awaiting`), for the next one (at most one kept).
+    spare_awaiting: Option<Box<Awaiting>>,
 }
 
 /// A link and its protocol state.
@@ -126,6 +129,7 @@ impl Conn {
                     closed: false,
                     last_method: None,
                     published_owed: 0,
+                    spare_awaiting: None,
                 }),
                 dispatch,
                 counters,

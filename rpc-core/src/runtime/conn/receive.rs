@@ -68,9 +68,15 @@ impl Conn {
                             deadline,
                             headers: metadata,
                         };
-                        owned
-                            .core
-                            .set_user(call, CallRef::Awaiting(Box::new(awaiting)));
+                        // In the box the previous such call left, if there is one.
+                        let boxed = match owned.spare_awaiting.take() {
+                            Some(mut boxed) => {
+                                *boxed = awaiting;
+                                boxed
+                            }
+                            None => Box::new(awaiting),
+                        };
+                        owned.core.set_user(call, CallRef::Awaiting(boxed));
                         None
                     }
                 }
@@ -295,10 +301,12 @@ impl Conn {
             }
             None => match owned.core.user(call) {
                 Some(CallRef::Awaiting(_)) => {
-                    let Some(CallRef::Awaiting(awaiting)) = owned.core.take_user(call) else {
+                    let Some(CallRef::Awaiting(mut boxed)) = owned.core.take_user(call) else {
                         return None;
                     };
-                    *awaiting
+                    let awaiting = std::mem::replace(&mut *boxed, Awaiting::EMPTY);
+                    owned.spare_awaiting = Some(boxed);
+                    awaiting
                 }
                 Some(CallRef::Stream(s)) => {
                     let stream = Arc::clone(s);

@@ -40,6 +40,16 @@ pub(crate) struct Awaiting {
     pub(super) headers: MetadataMap,
 }
 
+impl Awaiting {
+    /// What a kept box holds between two such calls (nothing allocated).
+    pub(super) const EMPTY: Awaiting = Awaiting {
+        method: 0,
+        kind: MethodKind::Unary,
+        deadline: None,
+        headers: MetadataMap::new(),
+    };
+}
+
 /// Client: who waits for a call's outcome.
 #[derive(Clone)]
 pub(crate) enum Caller {
