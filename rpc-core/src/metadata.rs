@@ -221,8 +221,7 @@ fn check(key: &str, value: &[u8], binary: bool) -> Result<(), Error> {
             key.to_ascii_lowercase()
         )))
     };
-    let name_ok = (1..=255).contains(&key.len())
-        && key.bytes().all(|b| wire::name_byte(b.to_ascii_lowercase()));
+    let name_ok = (1..=255).contains(&key.len()) && key.bytes().all(wire::name_byte_any_case);
     if !name_ok {
         return bad("names are 1 to 255 characters of 0-9 a-z - _ .");
     }

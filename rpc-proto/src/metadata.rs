@@ -23,9 +23,26 @@ const NAME_BYTES: [bool; 256] = {
     table
 };
 
+/// [`NAME_BYTES`] with the upper-case letters too, for names that are lower-cased when sent.
+const NAME_BYTES_ANY_CASE: [bool; 256] = {
+    let mut table = NAME_BYTES;
+    let mut b = b'A';
+    while b <= b'Z' {
+        table[b as usize] = true;
+        b += 1;
+    }
+    table
+};
+
 /// Whether `b` may be part of a metadata name (`0-9 a-z - _ .`).
 pub fn name_byte(b: u8) -> bool {
     NAME_BYTES[usize::from(b)]
+}
+
+/// Whether `b`, lower-cased, may be part of a metadata name (`0-9 a-z A-Z - _ .`): one table
+/// look per byte for a name an application gives in any case.
+pub fn name_byte_any_case(b: u8) -> bool {
+    NAME_BYTES_ANY_CASE[usize::from(b)]
 }
 
 /// Whether `name` is a valid metadata name: 1 to 255 bytes of `0-9 a-z - _ .`.
@@ -220,6 +237,17 @@ pub fn percent_decode(value: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_byte_in_any_case_is_its_lower_case_byte() {
+        for b in 0..=255u8 {
+            assert_eq!(
+                name_byte_any_case(b),
+                name_byte(b.to_ascii_lowercase()),
+                "{b:#04x}"
+            );
+        }
+    }
 
     #[test]
     fn the_name_table_admits_exactly_the_name_bytes() {
