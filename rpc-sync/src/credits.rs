@@ -53,15 +53,6 @@ impl CreditLedger {
         u64::from(released(prev)) + 1 + u64::from(owed(prev))
     }
 
-    /// Whether the credits due (re-posts not taken plus the owed credits last published)
-    /// reach `threshold` now (a snapshot; [`CreditLedger::release`] answers this for the
-    /// re-post it counts, which is what the protocol relies on).
-    #[inline]
-    pub fn due(&self, threshold: u32) -> bool {
-        let word = self.word.load(Ordering::Acquire);
-        u64::from(released(word)) + u64::from(owed(word)) >= u64::from(threshold)
-    }
-
     /// The owner takes the re-posts counted so far (they become credits it owes).
     #[inline]
     pub fn take_released(&self) -> u32 {

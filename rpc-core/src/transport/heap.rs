@@ -214,11 +214,11 @@ impl<T: HeapLink> Link for T {
     }
 
     fn take_reposted(&self) -> u32 {
-        self.parts().recv_ring.credits().take_released()
+        self.parts().recv_ring.reposts().ledger().take_released()
     }
 
     fn publish_owed(&self, owed: u32) -> u32 {
-        self.parts().recv_ring.credits().publish_owed(owed)
+        self.parts().recv_ring.reposts().ledger().publish_owed(owed)
     }
 
     fn on_credits_due(&self, conn: Weak<dyn CreditsDue>, threshold: u32) {

@@ -55,10 +55,10 @@ pub trait Link: Send + Sync + 'static {
     }
     /// Receive slots re-posted since the last call: the credits owed to the peer.
     fn take_reposted(&self) -> u32;
-    /// Publishes the credits the connection owes, for [`Link::credits_due`], and returns the
-    /// re-posts not yet taken, read in the same atomic step as the publication
-    /// ([`rpc_sync::CreditLedger::publish_owed`]): one of a re-post and a publication always
-    /// sees the other, with no fence.
+    /// Publishes the credits the connection owes, for the re-posting threads' check (see
+    /// [`Link::on_credits_due`]), and returns the re-posts not yet taken, read in the same
+    /// atomic step as the publication ([`rpc_sync::CreditLedger::publish_owed`]): one of a
+    /// re-post and a publication always sees the other, with no fence.
     fn publish_owed(&self, owed: u32) -> u32;
     /// Registers the connection to tell ([`CreditsDue::credits_due`]) when a re-post makes
     /// the re-posts not yet taken plus the owed credits last published reach `threshold`

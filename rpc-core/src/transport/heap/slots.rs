@@ -8,8 +8,6 @@
 
 use std::sync::Arc;
 
-use rpc_sync::CreditLedger;
-
 use crate::transport::reposts::Reposts;
 
 use crate::free_list::FreeStack;
@@ -59,12 +57,7 @@ impl HeapRecvRing {
         }
     }
 
-    /// The ring's credit ledger: re-posts not taken yet, and the owed credits published.
-    pub(crate) fn credits(&self) -> &CreditLedger {
-        self.reposts.ledger()
-    }
-
-    /// The re-post count, for registering the connection to tell when credits are due.
+    /// The re-post count: its credit ledger, and the connection to tell when credits are due.
     pub(crate) fn reposts(&self) -> &Reposts {
         &self.reposts
     }

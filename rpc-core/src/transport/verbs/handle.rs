@@ -95,11 +95,11 @@ impl Link for VerbsLink {
     }
 
     fn take_reposted(&self) -> u32 {
-        self.inner.credits().take_released()
+        self.inner.reposts().ledger().take_released()
     }
 
     fn publish_owed(&self, owed: u32) -> u32 {
-        self.inner.credits().publish_owed(owed)
+        self.inner.reposts().ledger().publish_owed(owed)
     }
 
     fn on_credits_due(&self, conn: Weak<dyn CreditsDue>, threshold: u32) {

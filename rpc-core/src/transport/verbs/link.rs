@@ -35,7 +35,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam::queue::ArrayQueue;
 use rdma_sys::ibv_send_flags;
-use rpc_sync::{CreditLedger, Flag, Mutex};
+use rpc_sync::{Flag, Mutex};
 
 use crate::transport::reposts::Reposts;
 
@@ -181,12 +181,9 @@ impl LinkInner {
         &self.peer_name
     }
 
-    /// Re-posted receive slots not yet taken as credits, and the owed credits published.
-    pub(super) fn credits(&self) -> &CreditLedger {
-        self.reposted.ledger()
-    }
-
-    /// The re-post count, for registering the connection to tell when credits are due.
+    /// The re-post count: its credit ledger (re-posted receive slots not yet taken as
+    /// credits, and the owed credits published), and the connection to tell when credits are
+    /// due.
     pub(super) fn reposts(&self) -> &Reposts {
         &self.reposted
     }
