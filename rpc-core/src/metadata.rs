@@ -90,12 +90,7 @@ impl MetadataMap {
         } else {
             len
         });
-        block.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        let name_at = block.len();
-        block.extend_from_slice(key.as_bytes());
-        block[name_at..].make_ascii_lowercase();
-        block.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        block.extend_from_slice(value);
+        wire::push_entry_lowercased(block, key, value);
     }
 
     /// The first ASCII value of `key`.
@@ -132,13 +127,7 @@ impl MetadataMap {
         if !self.contains_key(key) {
             return false;
         }
-        let mut kept = Vec::with_capacity(self.block.len());
-        for (k, v) in wire::checked_entries(&self.block) {
-            if !k.eq_ignore_ascii_case(key) {
-                wire::push_entry(&mut kept, k, v);
-            }
-        }
-        self.block = kept;
+        self.block = retained(&self.block, |name| !name.eq_ignore_ascii_case(key));
         true
     }
 
@@ -188,16 +177,12 @@ impl MetadataMap {
 
     /// The custom entries of a validated block (the reserved `grpc-` ones are left out).
     pub(crate) fn from_block(block: &[u8]) -> MetadataMap {
-        if !wire::has_reserved(block) {
-            return MetadataMap {
-                block: block.to_vec(),
-            };
-        }
-        let mut kept = Vec::with_capacity(block.len());
-        for (k, v) in wire::checked_entries(block).filter(|(k, _)| !wire::is_reserved(k)) {
-            wire::push_entry(&mut kept, k, v);
-        }
-        MetadataMap { block: kept }
+        let block = if wire::has_reserved(block) {
+            retained(block, |name| !wire::is_reserved(name))
+        } else {
+            block.to_vec()
+        };
+        MetadataMap { block }
     }
 
     /// Adds an entry another protocol delivered (the gRPC face's HTTP/2 headers), checked
@@ -211,6 +196,15 @@ impl MetadataMap {
             Err(_) => false,
         }
     }
+}
+
+/// The entries of the checked `block` whose names `keep` accepts, as a block of their own.
+fn retained(block: &[u8], keep: impl Fn(&str) -> bool) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(block.len());
+    for (name, value) in wire::checked_entries(block).filter(|(name, _)| keep(name)) {
+        wire::push_entry(&mut kept, name, value);
+    }
+    kept
 }
 
 /// Whether `key` (lower-cased) and `value` may be sent, without building the lower-cased key.

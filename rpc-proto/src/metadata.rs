@@ -91,10 +91,26 @@ pub fn entry_len(name: &str, value: &[u8]) -> usize {
 /// Appends one entry. The caller checked the name and value (see [`valid_name`]).
 pub fn push_entry(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     debug_assert!(valid_name(name.as_bytes()) && valid_value(name.as_bytes(), value));
+    write_entry(out, name, value);
+}
+
+/// Appends one entry with its name lower-cased as it is written: for a name an application
+/// gave in any case, which the caller checked (see [`name_byte_any_case`]).
+#[inline]
+pub fn push_entry_lowercased(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    let name_at = write_entry(out, name, value);
+    out[name_at..name_at + name.len()].make_ascii_lowercase();
+}
+
+/// Appends the entry's bytes; returns where its name starts.
+#[inline]
+fn write_entry(out: &mut Vec<u8>, name: &str, value: &[u8]) -> usize {
     out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    let name_at = out.len();
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     out.extend_from_slice(value);
+    name_at
 }
 
 /// The entries of a block, checked on the way: a malformed entry ends the iteration with an

@@ -70,13 +70,11 @@ impl<M: prost::Message> Encode for Measured<'_, M> {
     fn encoded_len(&self) -> usize {
         self.len
     }
-    fn encode_into(&self, mut out: &mut [u8]) {
-        self.message.encode_raw(&mut out);
+    fn encode_into(&self, out: &mut [u8]) {
+        Encode::encode_into(self.message, out);
     }
     fn encode_to_vec(&self, len: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len);
-        self.message.encode_raw(&mut out);
-        out
+        Encode::encode_to_vec(self.message, len)
     }
 }
 

@@ -404,9 +404,10 @@ impl Endpoint {
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
     /// is done wakes the poller only if other calls wait for completions: otherwise the
     /// poller thread stands back until one of its naps passes without a driver (see `run`),
-    /// and a caller making one call after another costs no wake-up per call. Over verbs, when the other calls are futures nobody waits for (a window of
-    /// calls that this caller waits for one by one), the poller thread stands back too: the
-    /// caller's next wait drives again ([`PollDuty::stop_driving`]).
+    /// and a caller making one call after another costs no wake-up per call. Over verbs,
+    /// when the other calls are futures nobody waits for (a window of calls that this caller
+    /// waits for one by one), the poller thread stands back too: the caller's next wait
+    /// drives again ([`PollDuty::stop_driving`]).
     fn stop_driving(&self, own_call_done: bool) {
         if self.duty.stop_driving(own_call_done) {
             self.wake_the_poller();

@@ -23,7 +23,7 @@ use crate::{MetadataMap, Request, Response, Status};
 /// ([`Conn::headers_payload`]); `None` (no HEADERS frame) when there is none and `always` is
 /// false (a call that opens with its message needs none). No metadata, no frame.
 #[inline]
-pub(super) fn headers_frame(
+pub(super) fn request_headers(
     conn: &Conn,
     metadata: &MetadataMap,
     always: bool,
@@ -71,7 +71,7 @@ impl Client {
         let (timeout_us, deadline) = self.timing(request);
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
-        let headers = headers_frame(&conn, request.metadata(), message.is_none());
+        let headers = request_headers(&conn, request.metadata(), message.is_none());
         native.endpoint.call_started(true);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::streams::headers_frame;
+use super::streams::request_headers;
 use super::{CellPool, Client, Native, Wire};
 use crate::protocol::v2::Kind;
 use crate::runtime::call::{CallCell, Reply};
@@ -60,18 +60,14 @@ thread_local! {
 
 /// A call cell for a new call: a pooled one that nobody holds any more, else a new one.
 pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
-    if let Some(mut cell) = SPARE_CELL.with(Cell::take) {
-        if let Some(unshared) = Arc::get_mut(&mut cell) {
-            unshared.reset();
-            return cell;
-        }
-        // Its completer still holds it for a moment: to the back of the pool.
-        cells.give(cell);
-    }
-    // The most recently finished cells may still be held by their completer for a moment;
-    // they go back to the end of the queue, and the older ones ahead of them are free.
-    for _ in 0..2 {
-        let Some(mut cell) = cells.take() else { break };
+    // The thread's spare first, then two of the pool's. The most recently finished cells may
+    // still be held by their completer for a moment; they go back to the end of the queue,
+    // and the older ones ahead of them are free.
+    let spare = SPARE_CELL.with(Cell::take);
+    for mut cell in spare
+        .into_iter()
+        .chain(std::iter::from_fn(|| cells.take()).take(2))
+    {
         if let Some(unshared) = Arc::get_mut(&mut cell) {
             unshared.reset();
             return cell;
@@ -232,7 +228,7 @@ impl Client {
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.set(blocking);
-        let headers = headers_frame(&conn, request.metadata(), false);
+        let headers = request_headers(&conn, request.metadata(), false);
         let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
         native.endpoint.call_started(false);
         conn.submit(Work::Open(OpenCall {
