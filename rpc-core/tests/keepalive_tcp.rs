@@ -2,35 +2,18 @@
 //! sides and its calls fail UNAVAILABLE; a healthy idle connection is kept. Short keepalive
 //! settings keep the test fast; a watchdog fails it instead of hanging.
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{closed_by_server, Blob, EchoService, METHODS};
-use rpc_core::protocol::v2::HELLO_LEN;
-use rpc_core::protocol::{Hello, HEADER_LEN};
-use rpc_core::{Client, Code, Keepalive, Request, RingConfig, Server, TransportKind};
+use common::{closed_by_server, raw_hello, with_watchdog, Blob, EchoService, METHODS};
+use rpc_core::{Client, Code, Keepalive, Request, Server, TransportKind};
 
 const FAST: Keepalive = Keepalive {
     interval: Duration::from_millis(200),
     timeout: Duration::from_millis(800),
 };
-
-/// Fails the test (exits the process) if `f` does not return within `limit`.
-fn with_watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(limit).is_err() {
-            eprintln!("watchdog: the test did not finish within {limit:?}");
-            std::process::exit(101);
-        }
-    });
-    let out = f();
-    let _ = tx.send(());
-    out
-}
 
 fn server() -> Server {
     Server::builder()
@@ -38,15 +21,6 @@ fn server() -> Server {
         .add_service(EchoService)
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .unwrap()
-}
-
-fn raw_hello(stream: &mut TcpStream) {
-    stream
-        .write_all(&RingConfig::DEFAULT.hello().to_frame())
-        .unwrap();
-    let mut theirs = [0u8; HEADER_LEN + HELLO_LEN];
-    stream.read_exact(&mut theirs).unwrap();
-    Hello::from_frame(&theirs).unwrap();
 }
 
 #[test]

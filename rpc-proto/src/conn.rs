@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::extension;
 use crate::frame::{
     flags, violation, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD,
 };
@@ -74,6 +75,10 @@ pub enum Event<'f, C> {
         call: u64,
         /// Server: `Some((method, timeout_us))` when this message opened the call.
         opened: Option<(u32, u32)>,
+        /// Server: this opening message is a whole request (§22.2): `body` starts with the
+        /// request metadata block (validated) and its length; [`whole_request_parts`] tells
+        /// them apart. (Not split here: a unary call's event stays small.)
+        whole: bool,
         /// The message bytes.
         body: Cow<'f, [u8]>,
         /// Server: the client half-closed with this message. Client: this was the last
@@ -181,6 +186,16 @@ impl<P> Payload<P> {
         match self {
             Payload::InBuffer(_, len) => *len,
             Payload::Bytes(v) => v.len(),
+        }
+    }
+}
+
+impl<P: std::ops::Deref<Target = [u8]>> Payload<P> {
+    /// The payload's bytes.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::InBuffer(buf, len) => &buf[HEADER_LEN..HEADER_LEN + len],
+            Payload::Bytes(v) => v,
         }
     }
 }
@@ -435,6 +450,9 @@ pub struct Connection<C, P> {
     memory: ConnectionMemory,
     /// Deadlines, keepalive, stalled reassembly.
     timers: Timers,
+    /// The extensions in force (§22, [`extension`] bits): server, those it accepted from the
+    /// client's offer; client, those the server's acceptance named.
+    extensions: u32,
 }
 
 /// Bytes a side counts for each call it may have open (§15): the call's records in the core
@@ -479,7 +497,22 @@ where
             waiting: VecDeque::new(),
             memory: ConnectionMemory::unlimited(),
             timers: Timers::default(),
+            extensions: 0,
         }
+    }
+
+    /// Client: offers the server the extensions this core implements (§22.1), in a PING
+    /// sent with the next frames out. Until the server accepts, none is used.
+    pub fn offer_extensions(&mut self) {
+        if self.role == Role::Client {
+            self.ping = Some(extension::offer(extension::SUPPORTED));
+        }
+    }
+
+    /// Whether the peer and this side agreed on whole requests (§22.2): a client may then
+    /// open a one-message call with its metadata in the same frame ([`flags::METADATA`]).
+    pub fn whole_requests(&self) -> bool {
+        self.extensions & extension::WHOLE_REQUESTS != 0
     }
 
     /// Counts what the peer makes this side hold against `memory` from now on (a new
@@ -596,6 +629,12 @@ where
                 "HELLO after the handshake",
             ));
         }
+        if h.has(flags::METADATA) && !(self.role == Role::Server && self.whole_requests()) {
+            return Err(violation(
+                Violation::BadFlags,
+                "METADATA on a MESSAGE without the whole-requests extension",
+            ));
+        }
         self.take_credit(&h)?;
         let payload = &frame[HEADER_LEN..];
         match h.kind {
@@ -643,10 +682,26 @@ where
 
     fn on_ping(&mut self, h: &Header) -> Event<'static, C> {
         if h.has(flags::ACK) {
+            if self.role == Role::Client {
+                if let Some(accepted) = extension::accepted(h.call_id) {
+                    self.extensions = accepted & extension::SUPPORTED;
+                }
+            }
             return Event::Pong { data: h.call_id };
         }
-        // Answer the latest PING only: a flood of PINGs queues one answer.
-        self.pong = Some(h.call_id);
+        // Answer the latest PING only: a flood of PINGs queues one answer. A client's offer
+        // of extensions is answered with what this server accepts of it (§22.1).
+        let offered = match self.role {
+            Role::Server => extension::offered(h.call_id),
+            Role::Client => None,
+        };
+        self.pong = Some(match offered {
+            Some(bits) => {
+                self.extensions = bits & extension::SUPPORTED;
+                extension::acceptance(self.extensions)
+            }
+            None => h.call_id,
+        });
         Event::None
     }
 
@@ -749,7 +804,11 @@ where
                 ));
             }
             check_call_order(role, call, h)?;
-            if let Some(refusal) = over_limit(role, &local, h) {
+            let metadata_len = match h.has(flags::METADATA) {
+                true => Some(metadata_len(h, payload)?),
+                false => None,
+            };
+            if let Some(refusal) = over_limit(role, &local, h, metadata_len) {
                 return Ok(self.refuse(h.call_id, refusal));
             }
             if h.kind == Kind::Message {
@@ -954,6 +1013,7 @@ where
                     return Ok(Event::Message {
                         call: call_id,
                         opened: None,
+                        whole: false,
                         body: whole,
                         end,
                         ended,
@@ -1005,6 +1065,7 @@ where
                     return Ok(Event::Message {
                         call: call_id,
                         opened: opening.then_some((h.code, h.timeout_us)),
+                        whole: false,
                         body: whole,
                         end,
                         ended: None,
@@ -1027,6 +1088,11 @@ where
             (Kind::Message, role) => {
                 call.message_received = true;
                 let end = h.has(flags::END);
+                let whole_request = h.has(flags::METADATA);
+                if whole_request {
+                    let (block, _) = whole_request_parts(&whole);
+                    metadata::validate(block)?;
+                }
                 let mut ended = None;
                 if end {
                     call.recv_open = false;
@@ -1037,6 +1103,7 @@ where
                 Ok(Event::Message {
                     call: call_id,
                     opened: opening.then_some((h.code, h.timeout_us)),
+                    whole: whole_request,
                     body: whole,
                     end,
                     ended,
@@ -1061,6 +1128,7 @@ where
                     }) => Ok(Event::Message {
                         call: call_id,
                         opened: announce,
+                        whole: false,
                         body: Cow::Owned(body),
                         end: true,
                         ended: None,
@@ -1493,7 +1561,10 @@ where
             Kind::Message => peer_max_message,
             _ => peer_max_metadata,
         };
-        if len > limit as usize {
+        if frame.flags & flags::METADATA != 0 {
+            let whole = self.extensions & extension::WHOLE_REQUESTS != 0;
+            check_whole_request(&frame, whole, call.frames_sent, &self.peer)?;
+        } else if len > limit as usize {
             return Err(SendError::TooLarge(format!(
                 "{} of {len} bytes exceeds the peer's limit of {limit} bytes",
                 frame.kind.name()
@@ -1954,7 +2025,33 @@ fn check_call_order<C, P>(role: Role, call: &Call<C, P>, h: &Header) -> Result<(
 /// A frame above this side's limits: the call fails with RESOURCE_EXHAUSTED (not a
 /// violation).
 #[inline]
-fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<WireStatus> {
+fn over_limit(
+    role: Role,
+    local: &Hello,
+    h: &Header,
+    metadata_len: Option<u32>,
+) -> Option<WireStatus> {
+    if let Some(block) = metadata_len {
+        // A whole request (§22.2): its block and its message, each against its own limit.
+        let message = h.message_len - 4 - block;
+        if block > local.max_metadata_size {
+            return Some(over_limit_status(
+                role,
+                false,
+                block,
+                local.max_metadata_size,
+            ));
+        }
+        if message > local.max_message_size {
+            return Some(over_limit_status(
+                role,
+                true,
+                message,
+                local.max_message_size,
+            ));
+        }
+        return None;
+    }
     let limit = match h.kind {
         Kind::Message => local.max_message_size,
         _ => local.max_metadata_size,
@@ -1962,14 +2059,97 @@ fn over_limit(role: Role, local: &Hello, h: &Header) -> Option<WireStatus> {
     if h.message_len <= limit {
         return None;
     }
-    Some(over_limit_status(role, h, limit))
+    Some(over_limit_status(
+        role,
+        h.kind == Kind::Message,
+        h.message_len,
+        limit,
+    ))
+}
+
+/// Whether a client may send `frame` as a whole request (§22.2): the extension agreed,
+/// the call's first frame, a MESSAGE with END, its block and message within the peer's
+/// limits.
+fn check_whole_request<P: std::ops::Deref<Target = [u8]>>(
+    frame: &Outgoing<P>,
+    agreed: bool,
+    frames_sent: u32,
+    peer: &Hello,
+) -> Result<(), SendError> {
+    if !agreed {
+        return Err(SendError::Invalid(
+            "whole requests need the server's acceptance",
+        ));
+    }
+    if frame.kind != Kind::Message || frame.flags & flags::END == 0 || frames_sent > 0 {
+        return Err(SendError::Invalid(
+            "a whole request is a call's only frame, a MESSAGE with END",
+        ));
+    }
+    let bytes = frame.payload.bytes();
+    let Some(block) = bytes
+        .first_chunk::<4>()
+        .map(|b| u32::from_le_bytes(*b) as usize)
+    else {
+        return Err(SendError::Invalid(
+            "a whole request starts with its block length",
+        ));
+    };
+    let Some(message) = bytes.len().checked_sub(4 + block) else {
+        return Err(SendError::Invalid("a whole request's block overruns it"));
+    };
+    let too_large = |what: &str, len: usize, limit: u32| {
+        Err(SendError::TooLarge(format!(
+            "{what} of {len} bytes exceeds the peer's limit of {limit} bytes"
+        )))
+    };
+    if block > peer.max_metadata_size as usize {
+        return too_large("a metadata block", block, peer.max_metadata_size);
+    }
+    if message > peer.max_message_size as usize {
+        return too_large("MESSAGE", message, peer.max_message_size);
+    }
+    Ok(())
+}
+
+/// A whole request's payload (§22.2) as its metadata block and its message; the core
+/// checked the block's length at the first segment.
+pub fn whole_request_parts(payload: &[u8]) -> (&[u8], &[u8]) {
+    let len = u32::from_le_bytes(
+        *payload
+            .first_chunk::<4>()
+            .expect("checked at the first segment"),
+    );
+    payload[4..].split_at(len as usize)
+}
+
+/// The block length a whole request's first segment starts with (§22.2), checked against
+/// the logical frame it belongs to.
+fn metadata_len(h: &Header, payload: &[u8]) -> Result<u32, Error> {
+    let Some(bytes) = payload.first_chunk::<4>() else {
+        return Err(violation(
+            Violation::MalformedMetadata,
+            "a whole request's first segment holds less than its 4-byte metadata length",
+        ));
+    };
+    let len = u32::from_le_bytes(*bytes);
+    if u64::from(len) + 4 > u64::from(h.message_len) {
+        return Err(violation(
+            Violation::MalformedMetadata,
+            format!(
+                "a metadata block of {len} bytes in a whole request of {} bytes",
+                h.message_len
+            ),
+        ));
+    }
+    Ok(len)
 }
 
 #[cold]
-fn over_limit_status(role: Role, h: &Header, limit: u32) -> WireStatus {
-    let what = match h.kind {
-        Kind::Message => "message",
-        _ => "metadata block",
+fn over_limit_status(role: Role, message: bool, len: u32, limit: u32) -> WireStatus {
+    let what = match message {
+        true => "message",
+        false => "metadata block",
     };
     let side = match role {
         Role::Server => "server",
@@ -1977,10 +2157,7 @@ fn over_limit_status(role: Role, h: &Header, limit: u32) -> WireStatus {
     };
     WireStatus::new(
         Code::ResourceExhausted,
-        format!(
-            "{what} of {} bytes exceeds the {side}'s limit of {limit} bytes",
-            h.message_len
-        ),
+        format!("{what} of {len} bytes exceeds the {side}'s limit of {limit} bytes"),
     )
 }
 

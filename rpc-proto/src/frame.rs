@@ -78,7 +78,7 @@ impl Kind {
     pub fn allowed_flags(self) -> u16 {
         match self {
             Kind::Headers => flags::OPEN,
-            Kind::Message => flags::OPEN | flags::END,
+            Kind::Message => flags::OPEN | flags::END | flags::METADATA,
             Kind::Ping => flags::ACK,
             _ => 0,
         }
@@ -125,6 +125,11 @@ pub mod flags {
     pub const END: u16 = 0x2;
     /// PING: this is the answer to a PING.
     pub const ACK: u16 = 0x4;
+    /// MESSAGE with OPEN and END, under the whole-requests extension (`docs/PROTOCOL.md`
+    /// §22): the payload starts with the request's metadata block, after its 4-byte length.
+    pub const METADATA: u16 = 0x8;
+    /// OPEN and END, which METADATA needs beside it.
+    pub(crate) const WHOLE: u16 = OPEN | END;
 }
 
 /// A decoded frame header. Field meanings depend on [`Kind`]; see `docs/PROTOCOL.md` §3.
@@ -255,6 +260,7 @@ impl Header {
         let well_formed = head[0..2] == MAGIC
             && head[2] == VERSION
             && h.flags & !kind.allowed_flags() == 0
+            && (!h.has(flags::METADATA) || h.flags & flags::WHOLE == flags::WHOLE)
             && u32_at(36) == 0
             && fields
             && u64::from(h.segment_offset) + u64::from(h.segment_len) <= u64::from(h.message_len)
@@ -302,7 +308,8 @@ impl Header {
             segment_offset: u32_at(28),
             segment_len: u32_at(32),
         };
-        if h.flags & !kind.allowed_flags() != 0 {
+        let lone_metadata = h.has(flags::METADATA) && h.flags & flags::WHOLE != flags::WHOLE;
+        if h.flags & !kind.allowed_flags() != 0 || lone_metadata {
             return Err(violation(
                 Violation::BadFlags,
                 format!("flags {:#06x} on {}", h.flags, kind.name()),

@@ -60,6 +60,7 @@
 mod code;
 pub mod conn;
 mod error;
+pub mod extension;
 pub mod frame;
 pub mod memory;
 pub mod metadata;
@@ -76,8 +77,8 @@ pub mod fuzz;
 
 pub use code::Code;
 pub use conn::{
-    status_block, Connection, Event, Expiry, HeldReply, Keepalive, Outgoing, Payload, Role,
-    SendError, CALL_RECORD,
+    status_block, whole_request_parts, Connection, Event, Expiry, HeldReply, Keepalive, Outgoing,
+    Payload, Role, SendError, CALL_RECORD,
 };
 pub use error::Error;
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};

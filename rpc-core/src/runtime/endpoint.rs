@@ -207,6 +207,10 @@ impl Endpoint {
         // while this is pending, even if another thread holds the poll ownership just now.
         self.adoption_pending.raise();
         self.cq.wake();
+        if self.role == Role::Client {
+            // The offer of extensions leaves now, ahead of the first call (PROTOCOL.md §22.1).
+            conn.submit(Work::Flush);
+        }
         conn
     }
 

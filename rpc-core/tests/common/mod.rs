@@ -4,8 +4,9 @@
 // Each test binary compiles this module and uses only part of it.
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 use rpc_core::codegen::{
     self, IncomingRequest, MethodDescriptor, MethodKind, ReplySink, Service, ServiceDescriptor,
@@ -57,4 +58,28 @@ pub fn closed_by_server(stream: &mut TcpStream) -> bool {
             Err(e) => return e.kind() == std::io::ErrorKind::ConnectionReset,
         }
     }
+}
+
+/// Fails the test (exits the process) if `f` does not return within `limit`.
+pub fn with_watchdog<T>(limit: Duration, f: impl FnOnce() -> T) -> T {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit).is_err() {
+            eprintln!("watchdog: the test did not finish within {limit:?}");
+            std::process::exit(101);
+        }
+    });
+    let out = f();
+    let _ = tx.send(());
+    out
+}
+
+/// Our side of the TCP handshake on a raw socket: our HELLO out, the peer's read and checked.
+pub fn raw_hello(stream: &mut TcpStream) {
+    stream
+        .write_all(&rpc_core::RingConfig::DEFAULT.hello().to_frame())
+        .unwrap();
+    let mut theirs = [0u8; rpc_core::protocol::HEADER_LEN + rpc_core::protocol::v2::HELLO_LEN];
+    stream.read_exact(&mut theirs).unwrap();
+    rpc_core::protocol::Hello::from_frame(&theirs).unwrap();
 }

@@ -1290,3 +1290,254 @@ fn call_record_moves_without_memcpy() {
     let entry = std::mem::size_of::<(u64, Call<[usize; 3], Vec<u8>>)>();
     assert!(entry <= 128, "a call table entry is {entry} bytes");
 }
+
+// ----- extensions (§22) ---------------------------------------------------------------
+
+/// A whole request's payload: the block's length, the block, the message.
+fn whole_payload(block: &[u8], message: &[u8]) -> Vec<u8> {
+    let mut p = (block.len() as u32).to_le_bytes().to_vec();
+    p.extend_from_slice(block);
+    p.extend_from_slice(message);
+    p
+}
+
+/// A client and a server that agreed on whole requests through the offer and its answer.
+fn agreed_pair() -> (Core, Core, Wire, Wire) {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    client.offer_extensions();
+    up.flush(&mut client);
+    assert_eq!(up.frames.len(), 1, "the offer is one PING");
+    assert_eq!(up.deliver(&mut server), vec![]);
+    assert!(server.whole_requests(), "accepted from the offer on");
+    down.flush(&mut server);
+    let accepted = extension::acceptance(extension::WHOLE_REQUESTS);
+    assert_eq!(down.deliver(&mut client), vec![Ev::Pong(accepted)]);
+    assert!(client.whole_requests());
+    (client, server, up, down)
+}
+
+fn user_block() -> Vec<u8> {
+    let mut block = Vec::new();
+    metadata::push_entry(&mut block, "x-user", b"alice");
+    metadata::push_entry(&mut block, "authorization", b"Bearer t");
+    block
+}
+
+/// What the server saw of a whole request.
+type WholeSeen = (Option<(u32, u32)>, Vec<u8>, Vec<u8>, bool);
+
+/// The server's view of a whole request: its opening, metadata block, message and END.
+fn whole_event(server: &mut Core, frames: &mut Wire) -> WholeSeen {
+    let mut seen = None;
+    while let Some(f) = frames.frames.pop_front() {
+        let event = server.handle_frame(&f, Instant::now).expect("valid frame");
+        server.released(1);
+        if let Event::Message {
+            opened,
+            whole: true,
+            body,
+            end,
+            ..
+        } = event
+        {
+            let (headers, body) = whole_request_parts(&body);
+            seen = Some((opened, headers.to_vec(), body.to_vec(), end));
+        }
+    }
+    seen.expect("the request arrived")
+}
+
+#[test]
+fn a_whole_request_opens_a_call_with_its_metadata_in_one_frame() {
+    let (mut client, mut server, mut up, mut down) = agreed_pair();
+    let call = client.open_unary_call(3).unwrap();
+    let payload = whole_payload(&user_block(), &[8, 2, 16, 3]);
+    let req = (Kind::Message, flags::END | flags::METADATA, 0, &payload[..]);
+    send(&mut up, &mut client, call, req, ADD, 250_000);
+    assert_eq!(up.frames.len(), 1, "one frame for headers and message");
+    let (opened, headers, body, end) = whole_event(&mut server, &mut up);
+    assert_eq!(opened, Some((ADD, 250_000)));
+    assert_eq!(block(&headers), block(&user_block()));
+    assert_eq!((body, end), (vec![8, 2, 16, 3], true));
+    assert!(server.deadline(call).is_some(), "its deadline runs");
+    // The reply is the usual one.
+    let reply = (Kind::Message, flags::END, 0, &[8, 5][..]);
+    send(&mut down, &mut server, call, reply, 0, 0);
+    assert_eq!(
+        down.deliver(&mut client),
+        vec![Ev::Message(call, None, vec![8, 5], true, Some(3))]
+    );
+    assert_eq!((client.open_calls(), server.open_calls()), (0, 0));
+}
+
+#[test]
+fn a_whole_request_larger_than_a_slot_is_reassembled() {
+    let (mut client, mut server, mut up, _) = agreed_pair();
+    let call = client.open_unary_call(3).unwrap();
+    let message = vec![0x5a; 700];
+    let payload = whole_payload(&user_block(), &message);
+    let req = (Kind::Message, flags::END | flags::METADATA, 0, &payload[..]);
+    send(&mut up, &mut client, call, req, ADD, 0);
+    assert!(up.frames.len() > 3, "segmented");
+    let (opened, headers, body, end) = whole_event(&mut server, &mut up);
+    assert_eq!(opened, Some((ADD, 0)));
+    assert_eq!(block(&headers), block(&user_block()));
+    assert_eq!((body, end), (message, true));
+}
+
+#[test]
+fn a_server_without_extensions_echoes_the_offer_and_none_is_used() {
+    let (mut client, _) = pair();
+    client.offer_extensions();
+    let mut up = Wire::default();
+    up.flush(&mut client);
+    // A version 2 peer of sections 1 to 21 answers the PING with the same value.
+    let offer = Header::decode(&up.frames[0]).unwrap().call_id;
+    assert_eq!(extension::offered(offer), Some(extension::SUPPORTED));
+    let echo = frame(
+        Header {
+            flags: flags::ACK,
+            call_id: offer,
+            ..Header::new(Kind::Ping)
+        },
+        b"",
+    );
+    assert_eq!(own(client.on_frame(&echo).unwrap()), Ev::Pong(offer));
+    assert!(!client.whole_requests());
+    let call = client.open_unary_call(3).unwrap();
+    let payload = whole_payload(&user_block(), b"m");
+    assert!(matches!(
+        try_whole(&mut client, call, flags::END | flags::METADATA, &payload),
+        Err(SendError::Invalid(_))
+    ));
+}
+
+/// Asks the client's core to send `payload` as a whole request's frame with flags `fl`.
+fn try_whole(
+    client: &mut Core,
+    call: u64,
+    fl: u16,
+    payload: &[u8],
+) -> Result<Option<(Vec<u8>, usize)>, SendError> {
+    let o = out(client, Kind::Message, fl, 0, payload);
+    client.send(call, o, ADD, 0)
+}
+
+#[test]
+fn a_client_sends_no_whole_request_beyond_the_server_limits() {
+    let (mut client, _, _, _) = agreed_pair();
+    let call = client.open_unary_call(3).unwrap();
+    let mut big = Vec::new();
+    metadata::push_entry(&mut big, "x-big", &[b'a'; 1100]);
+    let payload = whole_payload(&big, b"m");
+    assert!(matches!(
+        try_whole(&mut client, call, flags::END | flags::METADATA, &payload),
+        Err(SendError::TooLarge(_))
+    ));
+    // Nor one that is not the call's only frame.
+    let call = client.open_call(4).unwrap();
+    let payload = whole_payload(&user_block(), b"m");
+    let o = out(&client, Kind::Message, flags::METADATA, 0, &payload);
+    assert!(matches!(
+        client.send(call, o, ADD, 0),
+        Err(SendError::Invalid(_))
+    ));
+}
+
+/// A whole request's frame as a client would send it.
+fn whole_frame(id: u64, payload: &[u8]) -> Vec<u8> {
+    frame(
+        Header {
+            flags: flags::OPEN | flags::END | flags::METADATA,
+            call_id: id,
+            code: 1,
+            message_len: payload.len() as u32,
+            ..Header::new(Kind::Message)
+        },
+        payload,
+    )
+}
+
+/// The offer frame, as a client sends it.
+fn offer_frame() -> Vec<u8> {
+    frame(
+        Header {
+            call_id: extension::offer(extension::WHOLE_REQUESTS),
+            ..Header::new(Kind::Ping)
+        },
+        b"",
+    )
+}
+
+#[test]
+fn whole_requests_without_the_offer_are_bad_flags() {
+    let payload = whole_payload(&user_block(), b"m");
+    assert_eq!(
+        violation_of(&mut server(), &[whole_frame(1, &payload)]),
+        Violation::BadFlags
+    );
+    // METADATA needs OPEN and END beside it.
+    let mut h = Header::decode(&whole_frame(1, &payload)).unwrap();
+    h.flags = flags::OPEN | flags::METADATA;
+    let f = frame(h, &payload);
+    assert_eq!(
+        violation_of(&mut server(), &[offer_frame(), f]),
+        Violation::BadFlags
+    );
+}
+
+#[test]
+fn a_whole_request_whose_block_overruns_it_is_malformed_metadata() {
+    let mut payload = whole_payload(&user_block(), b"m");
+    payload[..4].copy_from_slice(&1000u32.to_le_bytes());
+    assert_eq!(
+        violation_of(&mut server(), &[offer_frame(), whole_frame(1, &payload)]),
+        Violation::MalformedMetadata
+    );
+    let short = whole_frame(2, &[1, 0]);
+    assert_eq!(
+        violation_of(&mut server(), &[offer_frame(), short]),
+        Violation::MalformedMetadata
+    );
+    let mut bad_name = Vec::new();
+    bad_name.extend_from_slice(&3u16.to_le_bytes());
+    bad_name.extend_from_slice(b"A:B");
+    bad_name.extend_from_slice(&0u32.to_le_bytes());
+    let f = whole_frame(3, &whole_payload(&bad_name, b"m"));
+    assert_eq!(
+        violation_of(&mut server(), &[offer_frame(), f]),
+        Violation::MalformedMetadata
+    );
+}
+
+#[test]
+fn a_whole_request_over_the_metadata_limit_is_refused_not_a_violation() {
+    let mut server = server();
+    server.on_frame(&offer_frame()).unwrap();
+    server.released(1);
+    let mut big = Vec::new();
+    metadata::push_entry(&mut big, "x-big", &[b'a'; 1100]);
+    // Too large for one 256-byte slot: its first segment alone says enough.
+    let payload = whole_payload(&big, b"m");
+    let first = frame(
+        Header {
+            flags: flags::OPEN | flags::END | flags::METADATA,
+            call_id: 1,
+            code: 1,
+            message_len: payload.len() as u32,
+            segment_len: 200,
+            ..Header::new(Kind::Message)
+        },
+        &payload[..200],
+    );
+    assert_eq!(own(server.on_frame(&first).unwrap()), Ev::None);
+    server.released(1);
+    let mut down = Wire::default();
+    down.flush(&mut server);
+    let end = Header::decode(&down.frames[down.frames.len() - 1]).unwrap();
+    assert_eq!(
+        (end.kind, end.code),
+        (Kind::End, Code::ResourceExhausted as u32)
+    );
+}

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use super::streams::request_headers;
 use super::{CellPool, Client, Native, Wire};
-use crate::protocol::v2::Kind;
+use crate::protocol::v2::{Kind, Outgoing, Payload as Body};
 use crate::runtime::call::{CallCell, Reply};
 use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
 use crate::runtime::endpoint::Endpoint;
 use crate::runtime::service::MethodDescriptor;
 use crate::runtime::streaming::Streaming;
+use crate::transport::SendBuf;
 use crate::{MetadataMap, Request, Response, Status};
 
 /// A call in flight.
@@ -211,6 +212,22 @@ impl<Resp> Drop for ResponseFuture<Resp> {
     }
 }
 
+/// A unary request and its metadata: in one frame when the server takes whole requests
+/// (PROTOCOL.md §22.2), else a HEADERS frame ahead of the message.
+fn with_metadata<Req: prost::Message>(
+    conn: &Conn,
+    request: &Request<Req>,
+) -> (Option<Body<SendBuf>>, Outgoing<SendBuf>) {
+    let metadata = request.metadata();
+    match conn.encode_whole_request(metadata.as_block(), request.get_ref()) {
+        Some(frame) => (None, frame),
+        None => (
+            request_headers(conn, metadata, false),
+            conn.encode(Kind::Message, UNARY, request.get_ref()),
+        ),
+    }
+}
+
 impl Client {
     /// Starts a unary call; returns the call's cell and id, or the status it failed with.
     #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
@@ -228,8 +245,10 @@ impl Client {
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.set(blocking);
-        let headers = request_headers(&conn, request.metadata(), false);
-        let frame = conn.encode(Kind::Message, UNARY, request.get_ref());
+        let (headers, frame) = match request.metadata().is_empty() {
+            true => (None, conn.encode(Kind::Message, UNARY, request.get_ref())),
+            false => with_metadata(&conn, request),
+        };
         native.endpoint.call_started(false);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Unary(Arc::clone(&cell)),

@@ -77,6 +77,10 @@ pub(crate) struct Conn {
     /// taken reach it (a CREDIT frame may be due); below it, the credits travel on the next
     /// frame out. Spares a serializer round per received message.
     credit_threshold: u32,
+    /// Client: the server accepted whole requests (PROTOCOL.md §22): a unary call with
+    /// metadata opens in one frame ([`Conn::encode_whole_request`]). Raised once, by the
+    /// owner that read the acceptance; callers encoding a request read it.
+    whole_requests: Flag,
 }
 
 impl Conn {
@@ -97,6 +101,9 @@ impl Conn {
         core.set_stall_timeout(stall_timeout);
         // Calls beyond the server's `max_calls` wait in the core, in order (a client's only).
         core.queue_beyond_max_calls(role == Role::Client);
+        // Whole requests spare a frame per call that carries metadata; a server without
+        // them just echoes the offer.
+        core.offer_extensions();
         // The core holds a unary-request call's message until its half-close, and ends the
         // call INTERNAL if a second comes or none (PROTOCOL.md §16.1).
         if let Some(dispatch) = &dispatch {
@@ -134,6 +141,7 @@ impl Conn {
                 dispatch,
                 counters,
                 closed: Flag::new(false),
+                whole_requests: Flag::new(false),
             }
         })
     }
@@ -174,6 +182,46 @@ impl Conn {
                 || message.encode_to_vec(len),
             ),
         }
+    }
+
+    /// A unary request with `block` (a non-empty metadata block) as one frame, a whole
+    /// request (PROTOCOL.md §22.2): `None` when the server did not accept them, or the block
+    /// or the message is beyond its limits (the call then goes as HEADERS and MESSAGE,
+    /// whose sending reports the limit).
+    pub(crate) fn encode_whole_request(
+        &self,
+        block: &[u8],
+        message: &dyn Encode,
+    ) -> Option<Outgoing<SendBuf>> {
+        let message_len = message.encoded_len();
+        let fits = block.len() <= self.peer_hello.max_metadata_size as usize
+            && message_len <= self.peer_hello.max_message_size as usize;
+        if !(fits && self.whole_requests.is_raised()) {
+            return None;
+        }
+        let prefix = (block.len() as u32).to_le_bytes();
+        let len = 4 + block.len() + message_len;
+        Some(Outgoing {
+            kind: Kind::Message,
+            flags: UNARY | flags::METADATA,
+            code: 0,
+            payload: self.framed(
+                len,
+                |slot| {
+                    let (head, rest) = slot.split_at_mut(4 + block.len());
+                    head[..4].copy_from_slice(&prefix);
+                    head[4..].copy_from_slice(block);
+                    message.encode_into(rest);
+                },
+                || {
+                    let mut bytes = Vec::with_capacity(len);
+                    bytes.extend_from_slice(&prefix);
+                    bytes.extend_from_slice(block);
+                    bytes.extend_from_slice(&message.encode_to_vec(message_len));
+                    bytes
+                },
+            ),
+        })
     }
 
     /// A metadata block as the payload of a HEADERS frame, in a send slot as [`Conn::encode`]

@@ -1,5 +1,6 @@
 //! Received frames: what the core's events mean for handlers and waiting calls.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,7 +9,8 @@ use super::super::call::{out_of_memory, Payload, Reply, RequestBody, RequestDeli
 use super::super::stream::{Incoming, Received, StreamShared};
 use super::{call_ended, Awaiting, CallRef, Conn, Delivery, Owned};
 use crate::protocol::v2::{
-    metadata, Connection, ConnectionMemory, Event, HeldReply, Reservation, Role,
+    metadata, whole_request_parts, Connection, ConnectionMemory, Event, HeldReply, Reservation,
+    Role,
 };
 use crate::runtime::service::MethodKind;
 use crate::transport::RecvBuf;
@@ -31,15 +33,23 @@ impl Conn {
             Event::Message {
                 call,
                 opened,
+                whole,
                 body,
                 end,
                 ended,
                 held,
             } => {
+                // A whole request's metadata (PROTOCOL.md §22.2) becomes the request's own.
+                let (headers, body) = match whole {
+                    true => split_whole_request(body),
+                    false => (MetadataMap::new(), body),
+                };
                 let body = Span::of(&buf, body, held);
                 match owned.core.role() {
                     Role::Client => self.client_message(owned, call, body, buf, ended),
-                    Role::Server => self.server_message(owned, call, opened, body, buf, end),
+                    Role::Server => {
+                        self.server_message(owned, call, opened, headers, body, buf, end)
+                    }
                 }
             }
             Event::Opened {
@@ -175,7 +185,15 @@ impl Conn {
                     .collect();
                 (!failed.is_empty()).then_some(Delivery::Batch(failed))
             }
-            Event::None | Event::Pong { .. } => None,
+            Event::Pong { .. } => {
+                drop(buf);
+                // The server's answer to our offer of extensions may have come (§22.1).
+                if owned.core.whole_requests() {
+                    self.whole_requests.raise();
+                }
+                None
+            }
+            Event::None => None,
         }
     }
 
@@ -246,12 +264,15 @@ impl Conn {
         }
     }
 
-    /// Server: a message of a call (`opened`: it opened the call).
+    /// Server: a message of a call (`opened`: it opened the call, with `headers` if it was a
+    /// whole request).
+    #[allow(clippy::too_many_arguments)] // the parts of one event, taken apart once
     pub(super) fn server_message(
         &self,
         owned: &mut Owned,
         call: u64,
         opened: Option<(u32, u32)>,
+        headers: MetadataMap,
         body: Span,
         buf: RecvBuf,
         end: bool,
@@ -272,8 +293,7 @@ impl Conn {
                             Ok(message) => message,
                             Err(status) => return self.refuse(owned, call, status),
                         };
-                        let request =
-                            self.serve_stream(owned, call, method, deadline, MetadataMap::new());
+                        let request = self.serve_stream(owned, call, method, deadline, headers);
                         let stream = match &request {
                             Delivery::Request(RequestDelivery {
                                 stream: Some(stream),
@@ -295,7 +315,7 @@ impl Conn {
                         method,
                         kind,
                         deadline,
-                        headers: MetadataMap::new(),
+                        headers,
                     },
                 }
             }
@@ -478,6 +498,23 @@ pub(super) fn status_from_trailers(code: Code, trailers: &[u8]) -> Status {
 
 /// Where a message body is: a range of its frame, or reassembled bytes (with their
 /// reservation).
+/// A whole request's metadata, copied out, and its message, still in the frame unless it
+/// was reassembled.
+fn split_whole_request(payload: Cow<'_, [u8]>) -> (MetadataMap, Cow<'_, [u8]>) {
+    match payload {
+        Cow::Borrowed(bytes) => {
+            let (block, message) = whole_request_parts(bytes);
+            (MetadataMap::from_block(block), Cow::Borrowed(message))
+        }
+        Cow::Owned(mut bytes) => {
+            let (block, message) = whole_request_parts(&bytes);
+            let (headers, start) = (MetadataMap::from_block(block), bytes.len() - message.len());
+            bytes.drain(..start);
+            (headers, Cow::Owned(bytes))
+        }
+    }
+}
+
 pub(super) enum Span {
     InFrame(usize, usize),
     Owned(Vec<u8>, Option<Box<Reservation>>),
