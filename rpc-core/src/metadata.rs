@@ -2,6 +2,8 @@
 //! as gRPC has it: lower-case names, printable-ASCII values, and binary values under names
 //! ending in `-bin`. Names starting with `grpc-` are reserved for the protocol.
 
+use std::cell::Cell;
+
 use crate::protocol::v2::metadata as wire;
 use crate::Error;
 
@@ -27,6 +29,38 @@ pub struct MetadataMap {
 /// Bytes a map reserves for its entries at its first insertion.
 const FIRST_BLOCK: usize = 128;
 
+/// The largest buffer a thread keeps for its next map ([`SPARE_BLOCK`]).
+const SPARE_LIMIT: usize = 1024;
+
+thread_local! {
+    /// The buffer of the last map this thread dropped (at most [`SPARE_LIMIT`] bytes): a
+    /// thread making call after call with metadata, or a poller handing each request its
+    /// metadata, reuses it instead of allocating one per call.
+    static SPARE_BLOCK: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// An empty buffer with room for `len` bytes: the thread's spare if it has one.
+fn block_with_capacity(len: usize) -> Vec<u8> {
+    let mut block = SPARE_BLOCK.with(Cell::take);
+    block.reserve(len);
+    block
+}
+
+impl Drop for MetadataMap {
+    fn drop(&mut self) {
+        let capacity = self.block.capacity();
+        if capacity != 0 && capacity <= SPARE_LIMIT {
+            let mut block = std::mem::take(&mut self.block);
+            block.clear();
+            SPARE_BLOCK.with(|spare| {
+                if spare.take().capacity() == 0 {
+                    spare.set(block);
+                }
+            });
+        }
+    }
+}
+
 impl std::fmt::Debug for MetadataMap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetadataMap")
@@ -51,46 +85,49 @@ impl MetadataMap {
 
     /// Sets `key` to the ASCII `value`, replacing earlier values. Keys are lower-cased.
     pub fn insert(&mut self, key: &str, value: &str) -> Result<(), Error> {
-        check(key, value.as_bytes(), false)?;
-        self.remove(key);
-        self.push(key, value.as_bytes());
-        Ok(())
+        self.replace(key, value.as_bytes(), false)
     }
 
     /// Adds an ASCII `value` for `key`, keeping earlier ones.
     pub fn append(&mut self, key: &str, value: &str) -> Result<(), Error> {
-        check(key, value.as_bytes(), false)?;
-        self.push(key, value.as_bytes());
-        Ok(())
+        self.add(key, value.as_bytes(), false)
     }
 
     /// Sets the binary `key` (its name must end in `-bin`) to `value`, replacing earlier
     /// values.
     pub fn insert_bin(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
-        check(key, value, true)?;
-        self.remove(key);
-        self.push(key, value);
-        Ok(())
+        self.replace(key, value, true)
     }
 
     /// Adds a binary `value` for `key` (ending in `-bin`), keeping earlier ones.
     pub fn append_bin(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
-        check(key, value, true)?;
-        self.push(key, value);
-        Ok(())
+        self.add(key, value, true)
     }
 
-    /// Appends an entry whose key and value passed [`check`]; the key goes in lower-cased.
-    fn push(&mut self, key: &str, value: &[u8]) {
-        let block = &mut self.block;
-        let len = wire::entry_len(key, value);
-        // Room for a few entries at the first: one allocation for what a call usually carries.
-        block.reserve(if block.capacity() == 0 {
-            len.max(FIRST_BLOCK)
-        } else {
-            len
-        });
-        wire::push_entry_lowercased(block, key, value);
+    /// [`MetadataMap::add`], the earlier values of `key` removed first; an invalid entry
+    /// leaves them.
+    fn replace(&mut self, key: &str, value: &[u8], binary: bool) -> Result<(), Error> {
+        if self.contains_key(key) {
+            check(key, value, binary)?;
+            self.remove(key);
+        }
+        self.add(key, value, binary)
+    }
+
+    /// Appends an entry, lower-casing the key, checked as it is written (one pass over the
+    /// name); an invalid one is refused with the reason [`check`] gives.
+    fn add(&mut self, key: &str, value: &[u8], binary: bool) -> Result<(), Error> {
+        if self.block.capacity() == 0 {
+            // Room for a few entries at the first: one allocation for what a call usually
+            // carries, or none with the thread's spare.
+            self.block = block_with_capacity(wire::entry_len(key, value).max(FIRST_BLOCK));
+        }
+        if wire::push_checked_entry(&mut self.block, key, value, binary) {
+            return Ok(());
+        }
+        Err(check(key, value, binary)
+            .err()
+            .unwrap_or_else(|| Error::InvalidMetadata(format!("`{key}`: too long a value"))))
     }
 
     /// The first ASCII value of `key`.
@@ -152,9 +189,9 @@ impl MetadataMap {
     }
 
     /// Appends every entry of `other`.
-    pub fn extend(&mut self, other: MetadataMap) {
+    pub fn extend(&mut self, mut other: MetadataMap) {
         if self.block.is_empty() {
-            self.block = other.block;
+            std::mem::swap(&mut self.block, &mut other.block);
         } else {
             self.block.extend_from_slice(&other.block);
         }
@@ -166,8 +203,8 @@ impl MetadataMap {
     }
 
     /// [`MetadataMap::encode`] without a copy, for a map that is done with.
-    pub(crate) fn into_block(self) -> Vec<u8> {
-        self.block
+    pub(crate) fn into_block(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.block)
     }
 
     /// The block itself, without a copy (see [`MetadataMap::encode`]).
@@ -177,10 +214,15 @@ impl MetadataMap {
 
     /// The custom entries of a validated block (the reserved `grpc-` ones are left out).
     pub(crate) fn from_block(block: &[u8]) -> MetadataMap {
+        if block.is_empty() {
+            return MetadataMap::new();
+        }
         let block = if wire::has_reserved(block) {
             retained(block, |name| !wire::is_reserved(name))
         } else {
-            block.to_vec()
+            let mut copy = block_with_capacity(block.len());
+            copy.extend_from_slice(block);
+            copy
         };
         MetadataMap { block }
     }
@@ -188,13 +230,7 @@ impl MetadataMap {
     /// Adds an entry another protocol delivered (the gRPC face's HTTP/2 headers), checked
     /// like [`MetadataMap::append`]; invalid or reserved ones are skipped.
     pub fn append_raw(&mut self, key: &str, value: &[u8]) -> bool {
-        match check(key, value, key.ends_with("-bin")) {
-            Ok(()) => {
-                self.push(key, value);
-                true
-            }
-            Err(_) => false,
-        }
+        self.add(key, value, key.ends_with("-bin")).is_ok()
     }
 }
 
@@ -255,6 +291,29 @@ mod tests {
         assert_eq!(back.get_all("x-mixed-case").count(), 2);
         assert_eq!(back.get("x-mixed-case"), Some("v1"));
         assert_eq!(back.get_bin("blob-bin"), Some(&[0, 255, 10][..]));
+    }
+
+    #[test]
+    fn the_one_pass_check_agrees_with_the_reasons_given() {
+        let names = [
+            "x-id", "X-Id", "grpc-x", "GRPC-x", "a-bin", "A-BIN", "", "a b", "a:b", "é", "_.-09",
+        ];
+        let long = "n".repeat(256);
+        let values: [&[u8]; 4] = [b"v", b"", b"a\nb", &[0xff, 0]];
+        for name in names.iter().copied().chain([long.as_str()]) {
+            for value in values {
+                for binary in [false, true] {
+                    let mut block = Vec::new();
+                    let written = wire::push_checked_entry(&mut block, name, value, binary);
+                    assert_eq!(
+                        written,
+                        check(name, value, binary).is_ok(),
+                        "{name:?} {value:?}"
+                    );
+                    assert_eq!(written, !block.is_empty());
+                }
+            }
+        }
     }
 
     #[test]

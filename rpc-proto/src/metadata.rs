@@ -34,6 +34,20 @@ const NAME_BYTES_ANY_CASE: [bool; 256] = {
     table
 };
 
+/// [`NAME_BYTES_ANY_CASE`] as the byte each stands for in a name on the wire (upper case
+/// lowered), and 0 for every byte a name may not hold.
+const LOWERED_NAME_BYTES: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        if NAME_BYTES_ANY_CASE[b] {
+            table[b] = (b as u8).to_ascii_lowercase();
+        }
+        b += 1;
+    }
+    table
+};
+
 /// Whether `b` may be part of a metadata name (`0-9 a-z - _ .`).
 pub fn name_byte(b: u8) -> bool {
     NAME_BYTES[usize::from(b)]
@@ -47,7 +61,9 @@ pub fn name_byte_any_case(b: u8) -> bool {
 
 /// Whether `name` is a valid metadata name: 1 to 255 bytes of `0-9 a-z - _ .`.
 pub fn valid_name(name: &[u8]) -> bool {
-    (1..=255).contains(&name.len()) && name.iter().all(|&b| name_byte(b))
+    // Without an early exit: valid names are the rule, and the loop then unrolls.
+    let valid = name.iter().fold(true, |valid, &b| valid & name_byte(b));
+    (1..=255).contains(&name.len()) && valid
 }
 
 /// Whether `value` is valid for `name`: anything for `-bin` names, printable ASCII
@@ -94,12 +110,33 @@ pub fn push_entry(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     write_entry(out, name, value);
 }
 
-/// Appends one entry with its name lower-cased as it is written: for a name an application
-/// gave in any case, which the caller checked (see [`name_byte_any_case`]).
+/// Appends one entry for a name an application gave in any case, lower-cased as it is
+/// written, and checks it on the way: the name's bytes and length, the `grpc-` prefix it
+/// may not have, the `-bin` suffix it has exactly when `binary`, and an ASCII value's bytes.
+/// On `false` nothing was appended. One pass over the name, one copy of the value.
 #[inline]
-pub fn push_entry_lowercased(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    let name_at = write_entry(out, name, value);
-    out[name_at..name_at + name.len()].make_ascii_lowercase();
+pub fn push_checked_entry(out: &mut Vec<u8>, name: &str, value: &[u8], binary: bool) -> bool {
+    let fits = (1..=255).contains(&name.len()) && u32::try_from(value.len()).is_ok();
+    if !fits || !(binary || printable(value)) {
+        return false;
+    }
+    let start = out.len();
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    let mut refused = false;
+    out.extend(name.bytes().map(|b| {
+        let lowered = LOWERED_NAME_BYTES[usize::from(b)];
+        refused |= lowered == 0;
+        lowered
+    }));
+    let lowered = &out[start + 2..];
+    let ok = !refused && !lowered.starts_with(b"grpc-") && lowered.ends_with(b"-bin") == binary;
+    if !ok {
+        out.truncate(start);
+        return false;
+    }
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
+    true
 }
 
 /// Appends the entry's bytes; returns where its name starts.
