@@ -948,11 +948,21 @@ impl Driver {
         let sel = input.byte();
         let fc = input.byte();
         let c = input.byte();
-        let fl = kind.allowed_flags() & u16::from(fc & 7);
+        let mut fl = kind.allowed_flags() & u16::from(fc & 7);
+        // Once the core agreed on whole requests (§22), bit 3 is METADATA on a MESSAGE (a
+        // violation at a client). Before, it only counts credits, as the seeds expect.
+        if kind == Kind::Message && fc & 8 != 0 && self.core.whole_requests() {
+            fl |= flags::METADATA;
+        }
         let mut h = Header {
             flags: fl,
             credits: u16::from(fc >> 3).min(self.peer_owes() as u16),
             call_id: match kind {
+                // 0xff: a client's offer of extensions, or a server's acceptance (§22.1).
+                Kind::Ping if sel == 0xff && fl & flags::ACK != 0 => {
+                    crate::extension::acceptance(u32::from(c))
+                }
+                Kind::Ping if sel == 0xff => crate::extension::offer(u32::from(c)),
                 Kind::Ping => u64::from(sel) << 8 | u64::from(c),
                 Kind::Credit => 0,
                 _ => self.call(sel),
@@ -982,6 +992,14 @@ impl Driver {
             _ => {}
         }
         let payload = match kind {
+            Kind::Message if h.has(flags::METADATA) => {
+                let block = self.synth_block(input);
+                let p = input.byte();
+                let mut payload = (block.len() as u32).to_le_bytes().to_vec();
+                payload.extend_from_slice(&block);
+                payload.extend_from_slice(&pattern(usize::from(p) * 24, p));
+                payload
+            }
             Kind::Message => {
                 let p = input.byte();
                 pattern(usize::from(p) * 24, p)

@@ -99,6 +99,22 @@ fn seeds() -> Vec<Seed> {
             &["MESSAGE"],
         ),
         seed(
+            "server-whole-request",
+            Script::new(Role::Server)
+                // The client's offer of whole requests (PING RP-X, bit 0), answered.
+                .op(op::SYNTH, &[6, 0xff, 0, 1, 0])
+                .op(op::RELEASE, &[0])
+                .op(op::POLL, &[0])
+                // MESSAGE OPEN|END|METADATA opening call 1 (method 9): a block of one
+                // 8-byte entry, then 48 bytes.
+                .op(op::SYNTH, &[1, 0x80, 3 | 8, 9, 0, 1, 0, 1, 2, 0])
+                .op(op::RELEASE, &[0])
+                .op(op::SEND_MESSAGE, &[0, 2, 6, 0, 0])
+                .op(op::POLL, &[0]),
+            &["MessageEnd"],
+            &["PING", "MESSAGE"],
+        ),
+        seed(
             "server-unary",
             Script::new(Role::Server)
                 // MESSAGE OPEN|END opening call 1 (method 9), 48 bytes.
