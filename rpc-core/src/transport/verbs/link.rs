@@ -13,9 +13,11 @@
 //!
 //! **Send ring.** `slot_count` slots in one registered region; free slots sit in a lock-free
 //! queue. A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
-//! completion that covers it. Signalling is selective: every `signal_every`-th SEND is
-//! signalled, and so is every SEND posted while fewer than `signal_every` slots are free, so
-//! an exhausted pool always has a signalled SEND outstanding. WRs on an RC QP complete in
+//! completion that covers it. Signalling is selective: every `signal_every`-th SEND (three
+//! quarters of the ring) is signalled, and so is every SEND posted while fewer than
+//! `low_water` slots (a quarter) are free, so an exhausted pool always has a signalled SEND
+//! outstanding. A send completion is thus rare (one per 48 SENDs of a 64-slot ring), and
+//! seldom a completion-queue poll of its own. WRs on an RC QP complete in
 //! order, so a signalled completion frees its own slot and every earlier unsignalled one
 //! (tracked in posting order in `SendState::inflight`). Frames of at most the QP's inline
 //! limit are sent inline. `post_send_batched` holds SENDs in `SendState::held` until
@@ -83,6 +85,8 @@ pub(super) struct LinkInner {
     peer_hello: OnceLock<Hello>,
     peer_name: String,
     signal_every: u32,
+    /// Free send slots below which every SEND is signalled.
+    low_water: u32,
     links: Arc<Links>,
     /// The cm event thread, which closes this link on a disconnect: kept running while the
     /// link lives, and told to forget the link's id when it is released.
@@ -111,7 +115,8 @@ impl LinkInner {
             // Cannot fail: the queue has room for every slot.
             let _ = free.push(slot);
         }
-        let signal_every = (count / 4).clamp(1, 16);
+        let signal_every = (count * 3 / 4).max(1);
+        let low_water = (count / 4).max(1);
         let key = parts.links.next_key()?;
         let link = Arc::new(LinkInner {
             qp: parts.qp,
@@ -134,6 +139,7 @@ impl LinkInner {
             peer_hello: OnceLock::new(),
             peer_name: parts.peer_name,
             signal_every,
+            low_water,
             links: parts.links,
             dispatcher: parts.dispatcher,
         });
@@ -297,8 +303,8 @@ impl LinkInner {
     /// Queues the SEND of `len` bytes of `send`'s slot behind those held (signalled and
     /// inline as `post_send` decides), to go out at the next [`LinkInner::post_held`].
     fn hold(&self, state: &mut SendState, mut send: VerbsSend, len: usize) {
-        let signal = state.unsignaled + 1 >= self.signal_every
-            || self.free.len() < self.signal_every as usize;
+        let signal =
+            state.unsignaled + 1 >= self.signal_every || self.free.len() < self.low_water as usize;
         let mut flags = 0;
         if signal {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
