@@ -25,6 +25,9 @@ pub(crate) struct RequestDelivery {
     pub(crate) call: u64,
     pub(crate) method: u32,
     pub(crate) deadline: Option<Instant>,
+    /// The deadline was set from the clock read for the frame that opened the call, in the
+    /// step that delivers it: it cannot have passed yet, and dispatch reads no clock for it.
+    pub(crate) deadline_fresh: bool,
     pub(crate) metadata: MetadataMap,
     pub(crate) body: RequestBody,
     /// The call's stream state: its requests (client-streaming and bidi methods), its

@@ -277,6 +277,8 @@ impl Conn {
         buf: RecvBuf,
         end: bool,
     ) -> Option<Delivery> {
+        // A call opened by this very frame has its deadline from this step's clock read.
+        let opened_here = opened.is_some();
         let awaiting = match opened {
             Some((method, timeout_us)) => {
                 let deadline = self.served_deadline(owned, call, timeout_us);
@@ -357,7 +359,7 @@ impl Conn {
             return None;
         }
         let payload = body.into_payload(buf);
-        Some(self.serve(owned, call, awaiting, payload))
+        Some(self.serve(owned, call, awaiting, payload, opened_here))
     }
 
     /// Gives up a call whose message this side cannot hold (PROTOCOL.md §15): a server ends
@@ -426,6 +428,7 @@ impl Conn {
         call: u64,
         request: Awaiting,
         payload: Payload,
+        deadline_fresh: bool,
     ) -> Delivery {
         let Awaiting {
             method,
@@ -449,6 +452,7 @@ impl Conn {
             call,
             method,
             deadline,
+            deadline_fresh,
             metadata,
             body: RequestBody::Message(payload),
             stream,
@@ -472,6 +476,8 @@ impl Conn {
             call,
             method,
             deadline,
+            // A stream is served in the step that opened its call.
+            deadline_fresh: true,
             metadata,
             body: RequestBody::Stream,
             stream: Some(stream),

@@ -306,6 +306,7 @@ async fn serve_call(
             call: 0,
             method,
             deadline,
+            deadline_fresh: false,
             metadata,
             body: request_body,
             stream: Some(Arc::clone(call.shared())),

@@ -69,6 +69,7 @@ impl Shared {
             call,
             method,
             deadline,
+            deadline_fresh,
             metadata,
             body,
             stream,
@@ -84,7 +85,7 @@ impl Shared {
             )));
             return;
         };
-        if deadline.is_some_and(|d| d <= Instant::now()) {
+        if !deadline_fresh && deadline.is_some_and(|d| d <= Instant::now()) {
             drop(body);
             refuse(Status::deadline_exceeded(
                 "deadline passed before the handler ran",
