@@ -1247,7 +1247,7 @@ where
         };
         if waiting {
             self.waiting.retain(|&w| w != id);
-        } else {
+        } else if !self.waiting.is_empty() {
             self.start_waiting();
         }
         user
@@ -2070,6 +2070,7 @@ fn over_limit(
 /// Whether a client may send `frame` as a whole request (§22.2): the extension agreed,
 /// the call's first frame, a MESSAGE with END, its block and message within the peer's
 /// limits.
+#[inline(never)]
 fn check_whole_request<P: std::ops::Deref<Target = [u8]>>(
     frame: &Outgoing<P>,
     agreed: bool,
@@ -2125,6 +2126,7 @@ pub fn whole_request_parts(payload: &[u8]) -> (&[u8], &[u8]) {
 
 /// The block length a whole request's first segment starts with (§22.2), checked against
 /// the logical frame it belongs to.
+#[inline(never)]
 fn metadata_len(h: &Header, payload: &[u8]) -> Result<u32, Error> {
     let Some(bytes) = payload.first_chunk::<4>() else {
         return Err(violation(

@@ -213,7 +213,9 @@ impl<Resp> Drop for ResponseFuture<Resp> {
 }
 
 /// A unary request and its metadata: in one frame when the server takes whole requests
-/// (PROTOCOL.md §22.2), else a HEADERS frame ahead of the message.
+/// (PROTOCOL.md §22.2), else a HEADERS frame ahead of the message. Out of line: a call
+/// without metadata does not pay for it.
+#[inline(never)]
 fn with_metadata<Req: prost::Message>(
     conn: &Conn,
     request: &Request<Req>,
