@@ -138,24 +138,26 @@ where
     }
 }
 
-/// A unary call with an async handler. The handler's future runs as a task (one allocation):
+/// A unary call with an async handler. The handler's future runs as a task (one allocation,
+/// or none when the thread's spare task of its type is renewed), made inside it:
 /// polled first where `Service::call` runs (a worker, or the receiving thread for
 /// `Execution::Inline`), then on the worker pool each time it is woken. Dropped unfinished if the client cancels the call.
 pub fn unary_async<Req, Resp, F, Fut>(request: IncomingRequest, reply: ReplySink, handler: F)
 where
-    Req: prost::Message + Default,
+    Req: prost::Message + Default + 'static,
     Resp: prost::Message + 'static,
-    F: FnOnce(Request<Req>) -> Fut,
+    F: FnOnce(Request<Req>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
-    let handling = match request.decode::<Req>() {
-        Ok(req) => handler(req),
+    let req = match request.decode::<Req>() {
+        Ok(req) => req,
         Err(status) => return reply.fail(status),
     };
-    spawn(
-        reply,
-        move |reply| async move { answer(reply, handling.await) },
-    );
+    // The handler's future is made inside the task, in place: only the request and the
+    // handler (an `Arc` of the service) move into it, not the larger future.
+    spawn(reply, move |reply| async move {
+        answer(reply, handler(req).await)
+    });
 }
 
 /// A server-streaming call with an async handler returning a `Stream` of responses.
@@ -164,18 +166,19 @@ pub fn server_streaming_async<Req, Resp, S, F, Fut>(
     reply: ReplySink,
     handler: F,
 ) where
-    Req: prost::Message + Default,
+    Req: prost::Message + Default + 'static,
     Resp: prost::Message + 'static,
     S: Stream<Item = Result<Resp, Status>> + Send + 'static,
-    F: FnOnce(Request<Req>) -> Fut,
+    F: FnOnce(Request<Req>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
 {
-    let handling = match request.decode::<Req>() {
-        Ok(req) => handler(req),
+    let req = match request.decode::<Req>() {
+        Ok(req) => req,
         Err(status) => return reply.fail(status),
     };
+    // As for `unary_async`: the handler's future is made inside the task.
     spawn(reply, move |reply| async move {
-        match handling.await {
+        match handler(req).await {
             Ok(response) => stream_all(reply, response).await,
             Err(status) => reply.fail(status),
         }
@@ -188,16 +191,15 @@ pub fn client_streaming_async<Req, Resp, F, Fut>(
     reply: ReplySink,
     handler: F,
 ) where
-    Req: prost::Message + Default,
+    Req: prost::Message + Default + 'static,
     Resp: prost::Message + 'static,
-    F: FnOnce(Request<Streaming<Req>>) -> Fut,
+    F: FnOnce(Request<Streaming<Req>>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
-    let handling = handler(request.into_streaming());
-    spawn(
-        reply,
-        move |reply| async move { answer(reply, handling.await) },
-    );
+    let requests = request.into_streaming();
+    spawn(reply, move |reply| async move {
+        answer(reply, handler(requests).await)
+    });
 }
 
 /// A bidirectional call with an async handler: a `Streaming` of requests in, a `Stream` of
@@ -207,15 +209,15 @@ pub fn bidi_streaming_async<Req, Resp, S, F, Fut>(
     reply: ReplySink,
     handler: F,
 ) where
-    Req: prost::Message + Default,
+    Req: prost::Message + Default + 'static,
     Resp: prost::Message + 'static,
     S: Stream<Item = Result<Resp, Status>> + Send + 'static,
-    F: FnOnce(Request<Streaming<Req>>) -> Fut,
+    F: FnOnce(Request<Streaming<Req>>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Response<S>, Status>> + Send + 'static,
 {
-    let handling = handler(request.into_streaming());
+    let requests = request.into_streaming();
     spawn(reply, move |reply| async move {
-        match handling.await {
+        match handler(requests).await {
             Ok(response) => stream_all(reply, response).await,
             Err(status) => reply.fail(status),
         }
