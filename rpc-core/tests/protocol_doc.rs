@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use rpc_core::protocol::v2::conn::status_block;
 use rpc_core::protocol::v2::metadata::push_entry;
 use rpc_core::protocol::v2::{
-    flags, Connection, Event, Header, Hello, Kind, Outgoing, Payload, Role, SendError, Violation,
-    HEADER_LEN, HELLO_LEN,
+    extension, flags, Connection, Event, Header, Hello, Kind, Outgoing, Payload, Role, SendError,
+    Violation, HEADER_LEN, HELLO_LEN,
 };
 use rpc_core::{Code, RingConfig, Status};
 
@@ -248,6 +248,41 @@ fn encoded_examples() -> Vec<(&'static str, Vec<Vec<u8>>)> {
                 ),
                 frame(call_frame(Kind::Message, flags::END, 0, 2), ECHO_HI),
             ],
+        ),
+        (
+            "extension-offer",
+            vec![header_only(Header {
+                call_id: extension::offer(extension::WHOLE_REQUESTS),
+                ..Header::new(Kind::Ping)
+            })],
+        ),
+        (
+            "extension-acceptance",
+            vec![header_only(Header {
+                flags: flags::ACK,
+                credits: 1,
+                call_id: extension::acceptance(extension::WHOLE_REQUESTS),
+                ..Header::new(Kind::Ping)
+            })],
+        ),
+        (
+            "whole-request",
+            vec![frame(
+                opening(
+                    Kind::Message,
+                    flags::END | flags::METADATA,
+                    0,
+                    2,
+                    ECHO,
+                    250_000,
+                ),
+                &[
+                    &(request_headers().len() as u32).to_le_bytes()[..],
+                    &request_headers(),
+                    ECHO_HI,
+                ]
+                .concat(),
+            )],
         ),
         (
             "metadata-response",
