@@ -684,7 +684,8 @@ where
         if h.has(flags::ACK) {
             if self.role == Role::Client {
                 if let Some(accepted) = extension::accepted(h.call_id) {
-                    self.extensions = accepted & extension::SUPPORTED;
+                    // Agreement only grows (§22.1): a later answer withdraws nothing.
+                    self.extensions |= accepted & extension::SUPPORTED;
                 }
             }
             return Event::Pong { data: h.call_id };
@@ -697,7 +698,9 @@ where
         };
         self.pong = Some(match offered {
             Some(bits) => {
-                self.extensions = bits & extension::SUPPORTED;
+                // Agreement only grows: frames the client sends under an earlier acceptance
+                // may be on their way.
+                self.extensions |= bits & extension::SUPPORTED;
                 extension::acceptance(self.extensions)
             }
             None => h.call_id,

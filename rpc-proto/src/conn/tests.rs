@@ -1541,3 +1541,40 @@ fn a_whole_request_over_the_metadata_limit_is_refused_not_a_violation() {
         (Kind::End, Code::ResourceExhausted as u32)
     );
 }
+
+#[test]
+fn a_later_offer_or_answer_withdraws_no_agreed_extension() {
+    let (mut client, mut server, _, _) = agreed_pair();
+    // A PING that reads as an offer of nothing, then an answer that accepts nothing.
+    let empty_offer = frame(
+        Header {
+            call_id: extension::offer(0),
+            ..Header::new(Kind::Ping)
+        },
+        b"",
+    );
+    server.on_frame(&empty_offer).unwrap();
+    server.released(1);
+    assert!(
+        server.whole_requests(),
+        "frames sent under the agreement may be in flight"
+    );
+    let mut down = Wire::default();
+    down.flush(&mut server);
+    let answer = Header::decode(&down.frames[0]).unwrap();
+    assert_eq!(
+        extension::accepted(answer.call_id),
+        Some(extension::WHOLE_REQUESTS),
+        "the acceptance names every bit in force"
+    );
+    let empty_answer = frame(
+        Header {
+            flags: flags::ACK,
+            call_id: extension::acceptance(0),
+            ..Header::new(Kind::Ping)
+        },
+        b"",
+    );
+    client.on_frame(&empty_answer).unwrap();
+    assert!(client.whole_requests());
+}

@@ -174,7 +174,9 @@ impl Timers {
         }
         if silent >= keepalive.interval && !self.pinged {
             self.pinged = true;
-            return KeepaliveStep::Ping(self.frames_received);
+            // The count in the upper half: the lower one, 0, never reads as an offer or an
+            // acceptance of extensions (their tags are there, §22.1).
+            return KeepaliveStep::Ping(self.frames_received << 32);
         }
         KeepaliveStep::Quiet
     }
@@ -198,5 +200,31 @@ impl Timers {
             _ => None,
         };
         [deadline, keepalive, stall].into_iter().flatten().min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extension;
+
+    #[test]
+    fn a_keepalive_ping_never_reads_as_an_offer_or_an_acceptance() {
+        let mut timers = Timers::default();
+        timers.set_keepalive(Some(Keepalive::default()));
+        let start = Instant::now();
+        assert_eq!(timers.keepalive_step(start), KeepaliveStep::Quiet);
+        // A count whose lower half spells an offer's tag ("RP-X"), bits in the upper half.
+        let offer_like = extension::offer(1);
+        timers.frames_received = offer_like;
+        timers.frames_seen = offer_like;
+        let later = start + Keepalive::default().interval;
+        match timers.keepalive_step(later) {
+            KeepaliveStep::Ping(value) => {
+                assert_eq!(extension::offered(value), None);
+                assert_eq!(extension::accepted(value), None);
+            }
+            other => panic!("expected a PING, got {other:?}"),
+        }
     }
 }
