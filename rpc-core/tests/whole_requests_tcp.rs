@@ -11,9 +11,10 @@ use std::time::Duration;
 mod common;
 
 use common::{raw_hello, with_watchdog, Blob, METHODS};
+use rpc_core::codegen::{self, IncomingRequest, ReplySink, Service, ServiceDescriptor};
 use rpc_core::protocol::v2::{extension, flags, metadata, Header, Kind};
 use rpc_core::protocol::HEADER_LEN;
-use rpc_core::{Client, Request, TransportKind};
+use rpc_core::{Client, Request, Response, Server, TransportKind};
 
 /// One frame off the stream: its header and payload.
 fn read_frame(stream: &mut TcpStream) -> Option<(Header, Vec<u8>)> {
@@ -158,4 +159,51 @@ fn a_plain_version_2_server_gets_headers_and_message() {
         assert_eq!(call.frames, frames, "call {i}");
         assert_eq!(call.metadata.len(), 2, "call {i}");
     }
+}
+
+/// Answers each request with its `x-user` metadata, then its data.
+struct MetadataEcho;
+
+impl Service for MetadataEcho {
+    fn descriptor(&self) -> &'static ServiceDescriptor {
+        &METADATA_ECHO
+    }
+    fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
+        codegen::unary(request, reply, |r: Request<Blob>| {
+            let mut data = r.metadata().get("x-user").unwrap_or("").as_bytes().to_vec();
+            data.extend_from_slice(&r.into_inner().data);
+            Ok(Response::new(Blob { data }))
+        })
+    }
+}
+
+static METADATA_ECHO: ServiceDescriptor = ServiceDescriptor {
+    name: "t.Echo",
+    methods: &METHODS,
+};
+
+#[test]
+fn a_whole_request_larger_than_a_slot_reaches_the_handler_whole() {
+    with_watchdog(Duration::from_secs(30), || {
+        let server = Server::builder()
+            .add_service(MetadataEcho)
+            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .unwrap();
+        let client = Client::builder()
+            .transport(TransportKind::Tcp)
+            .connect(server.local_addr())
+            .unwrap();
+        // Bigger than an 8 KiB slot: the frame is built in a buffer and sent in segments.
+        let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+        for _ in 0..3 {
+            let mut request = Request::new(Blob { data: data.clone() });
+            request.metadata_mut().insert("x-user", "alice").unwrap();
+            let reply = client.unary::<Blob, Blob>(&METHODS[0], request).unwrap();
+            assert_eq!(
+                reply.into_inner().data,
+                [b"alice".as_slice(), &data].concat()
+            );
+        }
+        server.shutdown();
+    });
 }

@@ -199,28 +199,24 @@ impl Conn {
         if !(fits && self.whole_requests.is_raised()) {
             return None;
         }
-        let prefix = (block.len() as u32).to_le_bytes();
         let len = 4 + block.len() + message_len;
+        // The block's length, the block, the message: into a send slot, or a buffer of the
+        // same bytes for the core to cut into segments.
+        let write = |out: &mut [u8]| {
+            let (head, rest) = out.split_at_mut(4 + block.len());
+            head[..4].copy_from_slice(&(block.len() as u32).to_le_bytes());
+            head[4..].copy_from_slice(block);
+            message.encode_into(rest);
+        };
         Some(Outgoing {
             kind: Kind::Message,
             flags: UNARY | flags::METADATA,
             code: 0,
-            payload: self.framed(
-                len,
-                |slot| {
-                    let (head, rest) = slot.split_at_mut(4 + block.len());
-                    head[..4].copy_from_slice(&prefix);
-                    head[4..].copy_from_slice(block);
-                    message.encode_into(rest);
-                },
-                || {
-                    let mut bytes = Vec::with_capacity(len);
-                    bytes.extend_from_slice(&prefix);
-                    bytes.extend_from_slice(block);
-                    bytes.extend_from_slice(&message.encode_to_vec(message_len));
-                    bytes
-                },
-            ),
+            payload: self.framed(len, write, || {
+                let mut bytes = vec![0; len];
+                write(&mut bytes);
+                bytes
+            }),
         })
     }
 
