@@ -107,7 +107,10 @@ pub fn entry_len(name: &str, value: &[u8]) -> usize {
 /// Appends one entry. The caller checked the name and value (see [`valid_name`]).
 pub fn push_entry(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     debug_assert!(valid_name(name.as_bytes()) && valid_value(name.as_bytes(), value));
-    write_entry(out, name, value);
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
 }
 
 /// Appends one entry for a name an application gave in any case, lower-cased as it is
@@ -137,17 +140,6 @@ pub fn push_checked_entry(out: &mut Vec<u8>, name: &str, value: &[u8], binary: b
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     out.extend_from_slice(value);
     true
-}
-
-/// Appends the entry's bytes; returns where its name starts.
-#[inline]
-fn write_entry(out: &mut Vec<u8>, name: &str, value: &[u8]) -> usize {
-    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    let name_at = out.len();
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    out.extend_from_slice(value);
-    name_at
 }
 
 /// The entries of a block, checked on the way: a malformed entry ends the iteration with an

@@ -506,8 +506,6 @@ pub(super) fn status_from_trailers(code: Code, trailers: &[u8]) -> Status {
         .with_metadata(MetadataMap::from_block(trailers))
 }
 
-/// Where a message body is: a range of its frame, or reassembled bytes (with their
-/// reservation).
 /// A whole request's metadata, copied out, and its message, still in the frame unless it
 /// was reassembled. Out of line: a bare call's path stays as short as it was.
 #[inline(never)]
@@ -526,6 +524,8 @@ fn split_whole_request(payload: Cow<'_, [u8]>) -> (MetadataMap, Cow<'_, [u8]>) {
     }
 }
 
+/// Where a message body is: a range of its frame, or reassembled bytes (with their
+/// reservation).
 pub(super) enum Span {
     InFrame(usize, usize),
     Owned(Vec<u8>, Option<Box<Reservation>>),

@@ -38,11 +38,7 @@ pub(super) fn task_for<F>(make: impl FnOnce() -> F, spawner: Spawner) -> Arc<Han
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let spare = SPARE_TASKS.with(|spares| {
-        let mut spares = spares.borrow_mut();
-        let (_, slot) = spares.iter_mut().find(|(id, _)| *id == TypeId::of::<F>())?;
-        slot.downcast_mut::<Spare<F>>()?.take()
-    });
+    let spare = SPARE_TASKS.with(|spares| spare_of::<F>(&mut spares.borrow_mut())?.take());
     match spare {
         Some(mut task) => match Task::renew(&mut task, make, spawner) {
             Ok(()) => task,
@@ -63,11 +59,7 @@ where
     }
     SPARE_TASKS.with(|spares| {
         let mut spares = spares.borrow_mut();
-        let kept = spares
-            .iter_mut()
-            .find(|(id, _)| *id == TypeId::of::<F>())
-            .and_then(|(_, slot)| slot.downcast_mut::<Spare<F>>());
-        match kept {
+        match spare_of::<F>(&mut spares) {
             Some(slot) => *slot = Some(task),
             None => {
                 if spares.len() == SPARES {
@@ -77,4 +69,10 @@ where
             }
         }
     });
+}
+
+/// The thread's spare slot for future type `F`, if it has one.
+fn spare_of<F: 'static>(spares: &mut [(TypeId, Box<dyn Any>)]) -> Option<&mut Spare<F>> {
+    let (_, slot) = spares.iter_mut().find(|(id, _)| *id == TypeId::of::<F>())?;
+    slot.downcast_mut::<Spare<F>>()
 }
