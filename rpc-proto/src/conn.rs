@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::credit_pool::Grant;
 use crate::extension;
 use crate::frame::{
     flags, violation, Header, Hello, Kind, HEADER_LEN, MAX_WINDOW, MESSAGE_OVERHEAD,
@@ -453,6 +454,11 @@ pub struct Connection<C, P> {
     /// The extensions in force (§22, [`extension`] bits): server, those it accepted from the
     /// client's offer; client, those the server's acceptance named.
     extensions: u32,
+    /// Server: this connection's grant of a pool's receive slots (§22.4), if they are pooled;
+    /// otherwise the grant is `local.slot_count`, always.
+    grant: Option<Grant>,
+    /// Server: the acceptance of shared credits has left, so raises may follow it on the wire.
+    raising: bool,
 }
 
 /// Bytes a side counts for each call it may have open (§15): the call's records in the core
@@ -498,6 +504,43 @@ where
             memory: ConnectionMemory::unlimited(),
             timers: Timers::default(),
             extensions: 0,
+            grant: None,
+            raising: false,
+        }
+    }
+
+    /// Server: the receive slots are pooled (§22.4) and `grant` is this connection's share,
+    /// its base being our `slot_count`. The server then accepts shared credits, raises the
+    /// grant while the client runs short and gives raised slots back while no call is open.
+    /// Set before the first frame.
+    pub fn set_grant(&mut self, grant: Grant) {
+        debug_assert_eq!(
+            grant.base(),
+            self.local.slot_count.max(crate::credit_pool::MIN_GRANT)
+        );
+        if self.role == Role::Server {
+            self.grant = Some(grant);
+        }
+    }
+
+    /// The credits granted to the peer for our slots (§22.4): with pooled slots, the
+    /// connection's grant in force; otherwise our `slot_count`.
+    pub fn grant(&self) -> u32 {
+        self.grant
+            .as_ref()
+            .map_or(self.local.slot_count, Grant::total)
+    }
+
+    /// Whether the peer and this side agreed on shared credits (§22.4).
+    pub fn shared_credits(&self) -> bool {
+        self.extensions & extension::SHARED_CREDITS != 0
+    }
+
+    /// The extensions this side accepts in an offer (server) or from an acceptance (client).
+    fn acceptable(&self) -> u32 {
+        match (self.role, &self.grant) {
+            (Role::Server, None) => extension::SUPPORTED & !extension::SHARED_CREDITS,
+            _ => extension::SUPPORTED,
         }
     }
 
@@ -667,17 +710,61 @@ where
             _ => self.peer_credits -= 1,
         }
         let credits = self.send_credits + u32::from(h.credits);
-        if credits > self.peer.slot_count {
+        // A server that agreed on shared credits may raise its grant up to 65535 (§22.4).
+        let most = match self.role {
+            Role::Client if self.shared_credits() => u32::from(u16::MAX),
+            _ => self.peer.slot_count,
+        };
+        if credits > most {
             return Err(violation(
                 Violation::CreditExcess,
                 format!(
-                    "{} credits returned, {} held, the peer has {} slots",
-                    h.credits, self.send_credits, self.peer.slot_count
+                    "{} credits returned, {} held, the peer grants at most {most}",
+                    h.credits, self.send_credits
                 ),
             ));
         }
         self.send_credits = credits;
+        if self.raising && self.peer_credits < 2 {
+            self.raise_grant();
+        }
         Ok(())
+    }
+
+    /// The client is down to its reserve as far as we know (§22.4): its grant doubles, with
+    /// what the pool can spare, and the new credits are owed at once.
+    fn raise_grant(&mut self) {
+        if let Some(grant) = self.grant.as_mut() {
+            let more = grant.total();
+            self.owed += grant.raise(more);
+        }
+    }
+
+    /// Owed credits this server keeps now rather than return (§22.4): while the connection
+    /// has no call (none open, none with frames still to send), released slots above the
+    /// base go back to the pool, so an idle connection holds its base grant and no more.
+    fn withholding(&self) -> u32 {
+        match &self.grant {
+            Some(grant) if self.calls.is_empty() => self.owed.min(grant.raised()),
+            _ => 0,
+        }
+    }
+
+    fn withhold_idle(&mut self) {
+        let kept = self.withholding();
+        if kept > 0 {
+            if let Some(grant) = self.grant.as_mut() {
+                grant.lower(kept);
+                self.owed -= kept;
+            }
+        }
+    }
+
+    /// Whether the owed credits call for a CREDIT frame (§7.4): those left after any
+    /// withholding reach the threshold of the grant left.
+    fn credit_due(&self) -> bool {
+        let kept = self.withholding();
+        self.owed - kept >= ((self.grant() - kept) / 2).max(2)
     }
 
     fn on_ping(&mut self, h: &Header) -> Event<'static, C> {
@@ -685,7 +772,7 @@ where
             if self.role == Role::Client {
                 if let Some(accepted) = extension::accepted(h.call_id) {
                     // Agreement only grows (§22.1): a later answer withdraws nothing.
-                    self.extensions |= accepted & extension::SUPPORTED;
+                    self.extensions |= accepted & self.acceptable();
                 }
             }
             return Event::Pong { data: h.call_id };
@@ -700,7 +787,7 @@ where
             Some(bits) => {
                 // Agreement only grows: frames the client sends under an earlier acceptance
                 // may be on their way.
-                self.extensions |= bits & extension::SUPPORTED;
+                self.extensions |= bits & self.acceptable();
                 extension::acceptance(self.extensions)
             }
             None => h.call_id,
@@ -1422,6 +1509,7 @@ where
     /// owed to the peer.
     pub fn released(&mut self, slots: u32) {
         self.owed += slots;
+        self.withhold_idle();
     }
 
     /// Reports that the application consumed `bytes` of a call's received messages (their
@@ -1763,14 +1851,14 @@ where
                 || self.ping.is_some()
                 || self.pong.is_some()
                 || self.goodbye_to_send.is_some());
-        data || (self.send_credits >= 1 && self.owed >= self.credit_threshold())
+        data || (self.send_credits >= 1 && self.credit_due())
     }
 
     /// Owed credits that make a CREDIT frame worth sending: half the slots, and never fewer
     /// than 2, so that a CREDIT spent from the reserve always leaves its receiver better off
     /// by at least one credit (`docs/PROTOCOL.md` §6 argues why this never stalls).
     pub fn credit_threshold(&self) -> u32 {
-        (self.local.slot_count / 2).max(2)
+        (self.grant() / 2).max(2)
     }
 
     /// The next frame to post, written into a buffer from `alloc` (or into a queued
@@ -1802,7 +1890,7 @@ where
                 return Some(frame);
             }
         }
-        if self.send_credits >= 1 && self.owed >= self.credit_threshold() {
+        if self.send_credits >= 1 && self.credit_due() {
             let mut buf = alloc()?;
             self.send_credits -= 1;
             let credits = self.take_owed();
@@ -1867,7 +1955,13 @@ where
         let mut header = header?;
         let mut buf = alloc()?;
         match header.kind {
-            Kind::Ping if header.has(flags::ACK) => self.pong = None,
+            Kind::Ping if header.has(flags::ACK) => {
+                // Raises may follow an acceptance of shared credits on the wire, never
+                // precede it (nor ride on it: its credits were owed before).
+                self.raising |= extension::accepted(header.call_id)
+                    .is_some_and(|bits| bits & extension::SHARED_CREDITS != 0);
+                self.pong = None;
+            }
             Kind::Ping => self.ping = None,
             Kind::Goodbye => self.goodbye_to_send = None,
             Kind::Cancel => {
@@ -1942,6 +2036,7 @@ where
     }
 
     fn take_owed(&mut self) -> u16 {
+        self.withhold_idle();
         let n = self.owed.min(u32::from(u16::MAX));
         self.owed -= n;
         self.peer_credits += n;

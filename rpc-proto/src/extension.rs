@@ -7,8 +7,12 @@
 /// ([`crate::flags::METADATA`]).
 pub const WHOLE_REQUESTS: u32 = 0x1;
 
+/// Bit 1: shared credits (§22.4), the server's grant of credits to the client varies above
+/// its `slot_count` (a server accepts it when its receive slots are pooled).
+pub const SHARED_CREDITS: u32 = 0x2;
+
 /// The extensions this implementation speaks.
-pub const SUPPORTED: u32 = WHOLE_REQUESTS;
+pub const SUPPORTED: u32 = WHOLE_REQUESTS | SHARED_CREDITS;
 
 /// The first four bytes of an offer's value on the wire.
 const OFFER: [u8; 4] = *b"RP-X";

@@ -49,7 +49,7 @@ use crate::frame::{
     MIN_METADATA_SIZE, MIN_SLOT_COUNT, MIN_SLOT_SIZE,
 };
 use crate::metadata;
-use crate::{Code, WireStatus};
+use crate::{Code, CreditPool, WireStatus};
 
 /// Most operations one input runs (a longer script is cut here).
 pub const MAX_OPS: usize = 1000;
@@ -69,7 +69,8 @@ const END_FLAG_ON_END: bool = false;
 /// and a byte choosing the size of the send buffers. Bits 3 and 4 of the first byte set
 /// keepalive (off, or an interval of 10 ms, 100 ms or 1 s with a timeout of four intervals),
 /// bits 5 and 6 the stall timeout (off, 5 ms, 50 ms or 500 ms); they matter only once the
-/// clock moves ([`op::TIME`]).
+/// clock moves ([`op::TIME`]). Bit 7 gives a server's receive slots from a pool (shared
+/// credits, `docs/PROTOCOL.md` §22.4), so an offer can agree on raising and withholding.
 pub mod op {
     /// `len: u16`, then `len` bytes (fewer if the input ends): fed as one frame.
     pub const FEED_RAW: u8 = 0;
@@ -199,6 +200,12 @@ impl Script {
         bytes.extend_from_slice(&hello);
         bytes.push(19);
         Script(bytes)
+    }
+
+    /// A server whose receive slots come from a pool (prologue bit 7, see [`op`]).
+    pub fn pooled(mut self) -> Script {
+        self.0[0] |= 0x80;
+        self
     }
 
     /// Sets the prologue's timer bits (3 to 6 of its first byte, see [`op`]).
@@ -397,6 +404,9 @@ struct Driver {
     released: u64,
     /// Credits returned by the emitted frames.
     returned: u64,
+    /// Server: the pool its slots come from (prologue bit 7); its grant moves the credits
+    /// returned away from the slots released by what was raised and withheld.
+    pool: Option<CreditPool>,
     /// The core's send credits, counted from the frames.
     credits: u32,
     /// Call ids known (opened by either side), oldest first, and the highest.
@@ -439,6 +449,11 @@ impl Driver {
         }
         let send_buffer = MIN_SLOT_SIZE as usize + usize::from(input.byte()) * 8;
         let mut core = Connection::new(role, local, peer, send_buffer);
+        let pool = (role == Role::Server && prologue & 0x80 != 0).then(|| {
+            let pool = CreditPool::with_max_grant(local.slot_count * 4, local.slot_count * 3);
+            core.set_grant(pool.admit(local.slot_count).expect("the first base fits"));
+            pool
+        });
         let (keepalive, stall_timeout) = timers(prologue);
         core.set_keepalive(keepalive);
         core.set_stall_timeout(stall_timeout);
@@ -451,6 +466,7 @@ impl Driver {
             unreleased: 0,
             released: 0,
             returned: 0,
+            pool,
             credits: peer.slot_count,
             calls: Vec::new(),
             highest: 0,
@@ -486,7 +502,7 @@ impl Driver {
 
     /// Credits the peer could return now: one per frame the core sent it, not yet returned.
     fn peer_owes(&self) -> u32 {
-        self.peer.slot_count - self.credits
+        self.peer.slot_count.saturating_sub(self.credits)
     }
 
     /// One operation; false when the connection closed.
@@ -882,7 +898,12 @@ impl Driver {
             self.credits,
             "send credits drifted"
         );
-        assert!(self.credits <= self.peer.slot_count);
+        // A client that agreed on shared credits may be granted up to 65535 (§22.4).
+        let most = match self.role {
+            Role::Client if self.core.shared_credits() => u32::from(u16::MAX),
+            _ => self.peer.slot_count,
+        };
+        assert!(self.credits <= most, "{} credits held, at most {most}", self.credits);
         let limit = match self.role {
             Role::Client => self.peer.max_calls,
             Role::Server => self.local.max_calls,
@@ -1239,12 +1260,25 @@ impl Driver {
         );
         self.credits -= 1;
         self.returned += u64::from(h.credits);
-        assert!(
-            self.returned <= self.released,
-            "{} credits returned for {} slots released",
+        // Every released slot was returned, is owed, or was withheld; raised credits were
+        // returned without a slot (§22.4): the grant's change from the base is the difference.
+        let base = u64::from(self.local.slot_count);
+        let grant = u64::from(self.core.grant());
+        assert_eq!(
+            self.released + grant,
+            self.returned + u64::from(self.core.owed()) + base,
+            "{} credits returned and {} owed for {} slots released, grant {grant}",
             self.returned,
+            self.core.owed(),
             self.released
         );
+        if let Some(pool) = &self.pool {
+            assert_eq!(
+                pool.granted(),
+                self.core.grant(),
+                "the pool and the grant disagree"
+            );
+        }
         let role = self.role;
         let max_metadata = self.peer.max_metadata_size as usize;
         let max_message = self.peer.max_message_size as usize;

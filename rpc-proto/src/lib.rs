@@ -19,6 +19,8 @@
 //! - [`frame`]: headers and HELLO, encoded and decoded; [`metadata`]: metadata blocks.
 //! - [`MemoryBudget`] / [`ConnectionMemory`]: the bytes peers make the process hold, bounded
 //!   per connection and in total.
+//! - [`CreditPool`] / [`Grant`]: receive slots a server shares among its connections, and each
+//!   connection's grant of them (shared credits, §22.4).
 //! - [`Violation`]: every way a peer can break the protocol, one per row of the spec's table.
 //!
 //! Quick start: a client opens a call and sends a request; the server's core reports it.
@@ -59,6 +61,7 @@
 
 mod code;
 pub mod conn;
+pub mod credit_pool;
 mod error;
 pub mod extension;
 pub mod frame;
@@ -80,6 +83,7 @@ pub use conn::{
     status_block, whole_request_parts, Connection, Event, Expiry, HeldReply, Keepalive, Outgoing,
     Payload, Role, SendError, CALL_RECORD,
 };
+pub use credit_pool::{CreditPool, Grant};
 pub use error::Error;
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};
 pub use memory::{ConnectionMemory, MemoryBudget, Reservation};

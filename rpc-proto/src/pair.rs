@@ -164,7 +164,7 @@ impl Pair {
     /// Credits are conserved in each direction (`docs/PROTOCOL.md` §7): the sender's
     /// credits, the credits on their way back to it, its frames on the wire, the frames the
     /// receiver's application holds and the credits the receiver owes add up to the
-    /// receiver's slot count: none is lost to a race.
+    /// receiver's grant (its slot count, or its share of a pool): none is lost to a race.
     pub(crate) fn credits_conserved(&self) -> Result<(), String> {
         for (sender, receiver) in [(&self.client, &self.server), (&self.server, &self.client)] {
             let returning: u32 = sender
@@ -177,7 +177,8 @@ impl Pair {
                 + receiver.inbound.len() as u32
                 + receiver.held
                 + receiver.core.owed();
-            let slots = receiver.core.local().slot_count;
+            // The receiver's grant (§22.4): its slot count, unless its slots are pooled.
+            let slots = receiver.core.grant();
             if total != slots {
                 return Err(format!(
                     "credits not conserved from {:?} to {:?}: {total} for {slots} slots",
@@ -364,5 +365,6 @@ fn deliver_one(side: &mut Side, now: Instant) -> bool {
     true
 }
 
+mod shared;
 mod sim;
 mod tests;

@@ -42,6 +42,11 @@ impl<V> CallTable<V> {
         self.len
     }
 
+    /// Whether the table holds no record.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     #[inline]
     fn slot_of(&self, id: u64) -> Option<usize> {
         // `slots.len()` is 0 or a power of two.

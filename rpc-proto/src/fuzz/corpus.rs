@@ -115,6 +115,24 @@ fn seeds() -> Vec<Seed> {
             &["PING", "MESSAGE"],
         ),
         seed(
+            "server-shared-credits",
+            Script::new(Role::Server)
+                .pooled()
+                // The client's offer of whole requests and shared credits (bits 0 and 1),
+                // answered.
+                .op(op::SYNTH, &[6, 0xff, 0, 3, 0])
+                .op(op::RELEASE, &[0])
+                .op(op::POLL, &[0])
+                // Three unary requests, slots held: the third leaves the client one credit,
+                // so its grant doubles and a CREDIT carries the raise.
+                .op(op::SYNTH, &[1, 0x80, 3, 9, 2, 0])
+                .op(op::SYNTH, &[1, 0x80, 3, 9, 2, 0])
+                .op(op::SYNTH, &[1, 0x80, 3, 9, 2, 0])
+                .op(op::POLL, &[0]),
+            &["MessageEnd", "MessageEnd", "MessageEnd"],
+            &["PING", "CREDIT"],
+        ),
+        seed(
             "server-unary",
             Script::new(Role::Server)
                 // MESSAGE OPEN|END opening call 1 (method 9), 48 bytes.

@@ -1,9 +1,11 @@
 //! The randomized simulation: a client core and a server core on a [`Pair`], in an order a
 //! seeded generator picks, step by step: the client opens calls (some with deadlines) and
-//! streams requests, either side's application holds and releases receive slots, runs out of
-//! send buffers, consumes windows late, the client cancels, the server answers, frames are
-//! handed over one at a time in either direction, and the virtual clock moves by up to
-//! [`STEP`] while both sides keep alive (and, for some seeds, drop stalled reassembly).
+//! streams requests, either side's application holds receive slots (for at most
+//! [`MAX_HOLD`]) and releases them, runs out of send buffers, consumes windows late, the
+//! client cancels, the server answers, frames are handed over one at a time in either
+//! direction, and the virtual clock moves by up to [`STEP`] while both sides keep alive (and,
+//! for some seeds, drop stalled reassembly). With a [`CreditPool`], the server's slots come
+//! from it and its grant moves with the load (`pair/shared.rs` runs several such pairs).
 //!
 //! After every step: credits are conserved; no call is open at either side past its deadline
 //! by more than [`STEP`]. Throughout: every payload arrives as sent; every call ends exactly
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::{Core, Pair, Seen};
 use crate::conn::tests::out;
-use crate::{flags, Code, Hello, Keepalive, Kind, Role, SendError, WireStatus};
+use crate::{flags, Code, CreditPool, Hello, Keepalive, Kind, Role, SendError, WireStatus};
 
 /// The most the clock moves in one step (and how late a side may run its timers).
 const STEP: Duration = Duration::from_millis(5);
@@ -38,20 +40,25 @@ const KEEPALIVE: Keepalive = Keepalive {
 /// their slots longer.
 const STALL_TIMEOUT: Duration = Duration::from_millis(15);
 const STALL_EVERY: u64 = 4;
+/// The longest an application holds a receive slot (this implementation's runtime releases
+/// one as soon as its frame is copied out or consumed): a side whose slots stay held for the
+/// keepalive's interval and timeout starves its peer of every frame, PINGs included, and is
+/// then rightly given up as dead.
+const MAX_HOLD: Duration = Duration::from_millis(20);
 /// A deadline that never passes within a run.
 const LONG: Duration = Duration::from_secs(10);
 
 /// xorshift64*: deterministic, dependency-free randomness.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
     fn chance(&mut self, percent: u64) -> bool {
@@ -98,7 +105,7 @@ enum Outcome {
     Stalled,
 }
 
-struct Sim {
+pub(super) struct Sim {
     seed: u64,
     rng: Rng,
     pair: Pair,
@@ -113,53 +120,93 @@ struct Sim {
     deadlines: BTreeMap<u64, Instant>,
     stall: bool,
     step: u32,
+    /// Since when each side's application holds a receive slot (client, server).
+    holding_since: [Option<Instant>; 2],
 }
 
 fn simulate(seed: u64) {
-    // Spread over the state (xorshift must not start at 0; `seed | 1` would run even seeds
-    // as the odd ones).
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    let h = Hello {
-        slot_count: 3 + rng.below(6) as u32,
-        slot_size: 128 + rng.below(400) as u32,
-        max_message_size: 2000,
-        max_calls: 1 + rng.below(4) as u32,
-        call_window: 200 + rng.below(2000) as u32,
-        max_metadata_size: 1024,
-    };
-    let stall = seed % STALL_EVERY == 0;
-    let mut pair = Pair::with(h, h);
-    for role in [Role::Client, Role::Server] {
-        let side = pair.side(role);
-        side.release_at_once = false;
-        side.core.set_keepalive(Some(KEEPALIVE));
-        side.core.set_stall_timeout(stall.then_some(STALL_TIMEOUT));
-        // Keepalive counts from the first tick.
-        pair.timers(role);
-    }
-    let mut sim = Sim {
-        seed,
-        rng,
-        pair,
-        client: BTreeMap::new(),
-        server: BTreeMap::new(),
-        opened: 0,
-        server_ended: BTreeSet::new(),
-        outcomes: BTreeMap::new(),
-        deadlines: BTreeMap::new(),
-        stall,
-        step: 0,
-    };
-    while !(sim.opened == CALLS && sim.outcomes.len() == CALLS as usize) {
-        sim.step += 1;
-        if sim.step >= MAX_STEPS {
-            panic!("seed {seed}: no progress (deadlock?)\n{}", sim.describe());
-        }
-        sim.act();
-        sim.observe();
-        sim.check();
+    let mut sim = Sim::new(seed, None);
+    while !sim.done() {
+        sim.one_step();
     }
     sim.finish();
+}
+
+impl Sim {
+    /// A run for `seed`; with `pool`, the server's receive slots come from it (§22.4) and the
+    /// client offers extensions, so that the grant moves with the load.
+    pub(super) fn new(seed: u64, pool: Option<&CreditPool>) -> Sim {
+        // Spread over the state (xorshift must not start at 0; `seed | 1` would run even seeds
+        // as the odd ones).
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let h = Hello {
+            slot_count: 3 + rng.below(6) as u32,
+            slot_size: 128 + rng.below(400) as u32,
+            max_message_size: 2000,
+            max_calls: 1 + rng.below(4) as u32,
+            call_window: 200 + rng.below(2000) as u32,
+            max_metadata_size: 1024,
+        };
+        let stall = seed % STALL_EVERY == 0;
+        let mut pair = Pair::with(h, h);
+        if let Some(pool) = pool {
+            let grant = pool.admit(h.slot_count).expect("the pool holds every base");
+            pair.server.core.set_grant(grant);
+            pair.client.core.offer_extensions();
+        }
+        for role in [Role::Client, Role::Server] {
+            let side = pair.side(role);
+            side.release_at_once = false;
+            side.core.set_keepalive(Some(KEEPALIVE));
+            side.core.set_stall_timeout(stall.then_some(STALL_TIMEOUT));
+            // Keepalive counts from the first tick.
+            pair.timers(role);
+        }
+        Sim {
+            seed,
+            rng,
+            pair,
+            client: BTreeMap::new(),
+            server: BTreeMap::new(),
+            opened: 0,
+            server_ended: BTreeSet::new(),
+            outcomes: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
+            stall,
+            step: 0,
+            holding_since: [None, None],
+        }
+    }
+
+    /// Every call was opened and ended at the client.
+    pub(super) fn done(&self) -> bool {
+        self.opened == CALLS && self.outcomes.len() == CALLS as usize
+    }
+
+    /// One random step, then what both sides saw and the invariants.
+    pub(super) fn one_step(&mut self) {
+        self.step += 1;
+        if self.step >= MAX_STEPS {
+            panic!(
+                "seed {}: no progress (deadlock?)\n{}",
+                self.seed,
+                self.describe()
+            );
+        }
+        self.act();
+        self.observe();
+        self.check();
+    }
+
+    /// The server's core (its grant, for a shared pool's checks).
+    pub(super) fn server_core(&self) -> &Core {
+        &self.pair.server.core
+    }
+
+    /// The seed, for failures found beside this run.
+    pub(super) fn seed(&self) -> u64 {
+        self.seed
+    }
 }
 
 impl Sim {
@@ -229,9 +276,17 @@ impl Sim {
             9 => self.tick(),
             _ => {}
         }
-        if draining {
-            for role in [Role::Client, Role::Server] {
+        for (i, role) in [Role::Client, Role::Server].into_iter().enumerate() {
+            let now = self.pair.now;
+            let since = match self.pair.side(role).held {
+                0 => None,
+                _ => Some(self.holding_since[i].unwrap_or(now)),
+            };
+            if draining || since.is_some_and(|t| now >= t + MAX_HOLD) {
                 self.pair.release(role);
+                self.holding_since[i] = None;
+            } else {
+                self.holding_since[i] = since;
             }
         }
     }
@@ -498,7 +553,7 @@ impl Sim {
     }
 
     /// Both sides release everything and talk until quiet: then nothing is open or owed.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         for role in [Role::Client, Role::Server] {
             self.pair.release(role);
             self.pair.side(role).release_at_once = true;
