@@ -903,7 +903,11 @@ impl Driver {
             Role::Client if self.core.shared_credits() => u32::from(u16::MAX),
             _ => self.peer.slot_count,
         };
-        assert!(self.credits <= most, "{} credits held, at most {most}", self.credits);
+        assert!(
+            self.credits <= most,
+            "{} credits held, at most {most}",
+            self.credits
+        );
         let limit = match self.role {
             Role::Client => self.peer.max_calls,
             Role::Server => self.local.max_calls,

@@ -7,18 +7,20 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rpc_core::protocol::v2::flags;
 use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
-use rpc_core::transport::{Completion, Link, RingConfig};
+use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SharedReceive};
 use rpc_core::{Client, Code, Request, TransportKind};
 use rpc_tests::race::{flood, read_to_end, Census, RaceService};
-use rpc_tests::scenarios::{self, connect, payload, serve, RING};
+use rpc_tests::scenarios::{self, connect, payload, serve, TortureService, RING};
 use rpc_tests::testing::race_client::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
 use rpc_tests::testing::torture_client::TortureClient;
+use rpc_tests::testing::torture_server::TortureServer;
 use rpc_tests::testing::SleepRequest;
 
 const V: TransportKind = TransportKind::Verbs;
@@ -85,6 +87,94 @@ fn verbs_eight_threads_32_outstanding_10000_calls_each_without_rnr() {
         rnr_sent,
         "no receiver-not-ready"
     );
+}
+
+/// Eight times the connections rings of their own allowed (255 on rdma_rxe: one completion
+/// queue of 32,767 entries, 128 per connection): the server's receive slots come from one
+/// shared receive queue, so a connection costs the server only its send ring. Raw links of
+/// one client endpoint each make a call (an unknown method: a request in, an answer out) and
+/// stay open, while a regular client keeps calling; then each link calls again.
+#[test]
+fn verbs_a_shared_receive_queue_serves_2048_connections() {
+    let Some(ip) = verbs_addr() else { return };
+    const CONNS: u64 = 2048;
+    let small = RingConfig {
+        slot_count: 4,
+        slot_size: 4096,
+        ..RingConfig::DEFAULT
+    };
+    let server = rpc_core::Server::builder()
+        .ring(small)
+        .shared_receive(Some(SharedReceive {
+            slots: 10_240,
+            base_grant: 4,
+            max_grant: 32,
+        }))
+        // The raw links answer no PING: no keepalive to give them up.
+        .keepalive(None)
+        // Admission counts a floor and call records per connection: room for all of them.
+        .memory_budget(4 << 30)
+        .workers(2)
+        .add_service(TortureServer::new(TortureService::default()))
+        .serve(&format!("{ip}:0"), V)
+        .expect("server starts");
+    let server_addr: SocketAddr = server.local_addr().parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let regular = keep_calling(&server, &stop);
+    let ep = VerbsEndpoint::new().unwrap();
+    let cq = ep.cq();
+    // One call on `link`: an unknown method, answered UNIMPLEMENTED.
+    let call = |link: &Arc<dyn Link>, call_id: u64| {
+        let frame = Header {
+            flags: flags::OPEN | flags::END,
+            call_id,
+            code: 0xdead_beef,
+            message_len: 2,
+            ..Header::new(Kind::Message)
+        }
+        .to_frame(b"hi");
+        let mut slot = link.alloc_send().expect("a free send slot");
+        slot[..frame.len()].copy_from_slice(&frame);
+        link.post_send(slot, frame.len()).unwrap();
+        let code = next_end(&*cq, link).unwrap_or_else(|e| panic!("link closed: {e}"));
+        assert_eq!(code, Code::Unimplemented as u32);
+    };
+    let open = |id: u64| {
+        ep.connect(server_addr, small, id, Duration::from_secs(20))
+            .expect("a raw link connects")
+    };
+    let first = open(1);
+    call(&first, 1);
+    let (server_one, client_one) = (server.registered_bytes(), ep.registered_bytes());
+    let mut links = vec![first];
+    for id in 2..=CONNS {
+        let link = open(id);
+        call(&link, 1);
+        links.push(link);
+    }
+    let ring = u64::from(small.slot_count * small.slot_size);
+    let server_per_conn = (server.registered_bytes() - server_one) / (CONNS - 1);
+    let client_per_conn = (ep.registered_bytes() - client_one) / (CONNS - 1);
+    eprintln!(
+        "{CONNS} connections: the server registered {} bytes in all, {server_per_conn} per \
+         connection beyond the first",
+        server.registered_bytes()
+    );
+    assert_eq!(
+        server_per_conn, ring,
+        "the server registers a send ring per connection"
+    );
+    assert_eq!(
+        client_per_conn,
+        2 * ring,
+        "a raw link registers its two rings"
+    );
+    for link in &links {
+        call(link, 3);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let calls = regular.join().expect("the regular client never failed");
+    assert!(calls > 0, "the regular client was served meanwhile");
 }
 
 #[test]
@@ -509,25 +599,7 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
     let server = serve(&format!("{ip}:0"), V);
     let server_addr: SocketAddr = server.local_addr().parse().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let good = {
-        let client = connect(&server, V);
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let req = payload(n, (n as usize * 97) % 9000);
-                assert_eq!(
-                    client
-                        .echo(req.clone())
-                        .expect("good client's call")
-                        .into_inner(),
-                    req
-                );
-                n += 1;
-            }
-            n
-        })
-    };
+    let good = keep_calling(&server, &stop);
 
     let ep = VerbsEndpoint::new().unwrap();
     let cq = ep.cq();
@@ -550,28 +622,7 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
         }
         link
     };
-    // Waits for the next END on `link` (returning its status code) or for its closure.
-    let next_event = |link: &Arc<dyn Link>| -> Result<u32, String> {
-        let until = Instant::now() + Duration::from_secs(20);
-        let mut out = Vec::new();
-        while Instant::now() < until {
-            cq.wait(Some(Duration::from_millis(50)));
-            cq.poll(&mut out, 16);
-            for c in out.drain(..) {
-                match c {
-                    Completion::Recv { link: l, buf } if l == link.id() => {
-                        let h = Header::decode(&buf).unwrap();
-                        if h.kind == Kind::End {
-                            return Ok(h.code);
-                        }
-                    }
-                    Completion::Closed { link: l, reason } if l == link.id() => return Err(reason),
-                    _ => {}
-                }
-            }
-        }
-        panic!("neither a response nor a disconnect within 20 s");
-    };
+    let next_event = |link: &Arc<dyn Link>| next_end(&*cq, link);
     let request = |id: u64, method: u32, total: u32, payload: &[u8]| {
         Header {
             flags: flags::OPEN | flags::END,
@@ -610,6 +661,52 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
     let calls = good.join().expect("the good client never failed");
     assert!(calls > 0);
     server.shutdown();
+}
+
+/// Waits on `cq` for the next END on raw link `link` (its status code) or for the link's
+/// closure (its reason); fails the test after 60 s of neither.
+fn next_end(cq: &dyn CompletionQueue, link: &Arc<dyn Link>) -> Result<u32, String> {
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut out = Vec::new();
+    while Instant::now() < until {
+        cq.wait(Some(Duration::from_millis(50)));
+        cq.poll(&mut out, 16);
+        for c in out.drain(..) {
+            match c {
+                Completion::Recv { link: l, buf } if l == link.id() => {
+                    let h = Header::decode(&buf).unwrap();
+                    if h.kind == Kind::End {
+                        return Ok(h.code);
+                    }
+                }
+                Completion::Closed { link: l, reason } if l == link.id() => return Err(reason),
+                _ => {}
+            }
+        }
+    }
+    panic!(
+        "neither an END nor a disconnect on link {} within 60 s",
+        link.id()
+    );
+}
+
+/// A client of `server` on a thread of its own, making verified calls until `stop`; returns
+/// how many it made.
+fn keep_calling(server: &rpc_core::Server, stop: &Arc<AtomicBool>) -> JoinHandle<u64> {
+    let client = connect(server, V);
+    let stop = Arc::clone(stop);
+    std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let req = payload(n, (n as usize * 97) % 9000);
+            let reply = client
+                .echo(req.clone())
+                .expect("a well-behaved client's call");
+            assert_eq!(reply.into_inner(), req);
+            n += 1;
+        }
+        n
+    })
 }
 
 /// On two guests (`scripts/softroce-vm --hosts`): this guest's role ("a" or "b"), the other

@@ -161,24 +161,26 @@ impl Endpoint {
         Ok((ep, handle))
     }
 
-    /// Reserves what a new link's connection holds from the endpoint's memory budget: its
-    /// rings (both directions), a record per call it may have open and its floor, with a share bounded by what its ring
-    /// configuration lets a peer make it hold (PROTOCOL.md §15). `None`: the budget has no
-    /// room for it, and the link is to be refused.
+    /// Reserves from the memory budget what a new link's connection holds: its own rings
+    /// ([`Link::ring_bytes`]), a record per call it may have open and its floor, with a share
+    /// bounded by what its ring configuration lets a peer make it hold (PROTOCOL.md §15).
+    /// `None`: no room for it, and the link is to be refused.
     pub(crate) fn admit(&self, link: &Arc<dyn Link>) -> Option<ConnectionMemory> {
         let local = link.local_hello();
         let calls = match self.role {
             Role::Server => local.max_calls,
             Role::Client => link.peer_hello().max_calls,
         } as usize;
-        let fixed = 2 * local.slot_count as usize * local.slot_size as usize
-            + calls.saturating_mul(CALL_RECORD);
-        let per_call = local.call_window as usize
-            + local.max_message_size as usize
-            + 16
-            + 2 * local.max_metadata_size as usize;
+        let fixed = link.ring_bytes() + calls.saturating_mul(CALL_RECORD);
+        let per_call = local.call_window as usize + local.max_message_size as usize;
+        let per_call = per_call + 16 + 2 * local.max_metadata_size as usize;
         self.memory
             .admit_with_share(fixed, per_call.saturating_mul(calls))
+    }
+
+    /// Bytes the endpoint's transport registered with an RDMA device now.
+    pub(crate) fn registered_bytes(&self) -> u64 {
+        self.cq.registered_bytes()
     }
 
     /// The endpoint's memory budget.

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use super::pool::ThreadContext;
 use crate::transport::heap::ChannelCq;
-use crate::transport::{memory, tcp, Acceptor, CompletionQueue, Link, LinkId, RingConfig};
+use crate::transport::{
+    memory, tcp, Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedReceive,
+};
 use crate::Error;
 
 /// Which transport a client or server uses.
@@ -169,11 +171,13 @@ pub(crate) struct ServerTransport {
     pub(crate) name: &'static str,
 }
 
-/// `context` wraps the TCP I/O thread, which runs inline handlers.
+/// `context` wraps the TCP I/O thread, which runs inline handlers; `shared` pools the
+/// receive slots of verbs connections.
 pub(crate) fn server_transport(
     addr: &str,
     kind: TransportKind,
     ring: RingConfig,
+    shared: Option<SharedReceive>,
     context: Option<ThreadContext>,
 ) -> Result<ServerTransport, Error> {
     if let Some(name) = addr.strip_prefix("mem:") {
@@ -190,7 +194,7 @@ pub(crate) fn server_transport(
         #[cfg(feature = "verbs")]
         {
             let ep = crate::transport::verbs::VerbsEndpoint::new()?;
-            let acceptor = ep.listen(sa, ring)?;
+            let acceptor = Box::new(ep.listen_shared(sa, ring, shared)?);
             return Ok(ServerTransport {
                 cq: ep.cq(),
                 acceptor,

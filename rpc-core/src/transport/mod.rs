@@ -39,6 +39,12 @@ pub trait Link: Send + Sync + 'static {
     fn alloc_send(&self) -> Option<SendBuf>;
     /// Size of each send slot (the largest frame this side can post).
     fn send_slot_size(&self) -> usize;
+    /// Bytes of this link's own rings (receive and send), what it holds whatever its peer
+    /// does: by default two rings of the local HELLO's `slot_count` × `slot_size`.
+    fn ring_bytes(&self) -> usize {
+        let local = self.local_hello();
+        2 * local.slot_count as usize * local.slot_size as usize
+    }
     /// Posts the first `len` bytes of `buf` as one frame. The slot returns to the free pool
     /// once the transport is done with it (for verbs: at the send completion).
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error>;
@@ -70,6 +76,12 @@ pub trait Link: Send + Sync + 'static {
     fn peer_hello(&self) -> Hello;
     /// A printable name of the peer (address).
     fn peer_name(&self) -> String;
+    /// The link's grant of a pool of receive slots shared with other links (PROTOCOL.md
+    /// §22.4), taken once by the connection's core, which raises and lowers it; `None` when
+    /// the link has receive slots of its own.
+    fn take_grant(&self) -> Option<rpc_proto::Grant> {
+        None
+    }
     /// Tears the link down: outstanding receives are flushed and a [`Completion::Closed`]
     /// follows on the completion queue. Idempotent.
     fn close(&self);
@@ -119,6 +131,11 @@ pub trait CompletionQueue: Send + Sync + 'static {
     /// stream reader gain by polling, or sleeping on the queue, itself. Default: `true`.
     fn needs_polling(&self) -> bool {
         true
+    }
+    /// Bytes the endpoint registered with an RDMA device now (its links' rings and shared
+    /// receive queue); 0 for transports that register nothing.
+    fn registered_bytes(&self) -> u64 {
+        0
     }
 }
 
@@ -249,5 +266,57 @@ impl RingConfig {
         self.hello()
             .validate()
             .map_err(|e| Error::InvalidConfig(format!("ring configuration: {e}")))
+    }
+}
+
+/// A server's receive slots shared by all its connections (`docs/PROTOCOL.md` §22.4): one
+/// pool of `slots` slots (of the [`RingConfig`]'s `slot_size`), each connection granted
+/// `base_grant` of them and raised up to `max_grant` while its client runs short. Over verbs
+/// the pool is a shared receive queue, registered once: memory follows the pool, not the
+/// number of connections, and the [`RingConfig`]'s `slot_count` sizes each connection's send
+/// ring only. A connection whose base grant does not fit is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedReceive {
+    /// Slots in the pool. Raises take at most half of them, so the other half always holds
+    /// the base grants of new connections. Over verbs the SRQ posts an eighth more (at least
+    /// 64) that no grant counts on: room for what a peer overrunning its credits sends before
+    /// its connection is closed.
+    pub slots: u32,
+    /// Credits a connection always has: its HELLO's `slot_count` (at least 3).
+    pub base_grant: u32,
+    /// Most credits one connection is granted.
+    pub max_grant: u32,
+}
+
+impl Default for SharedReceive {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl SharedReceive {
+    /// The defaults: 2,048 slots (16 MiB with 8 KiB slots), a base grant of 4, at most 64
+    /// per connection.
+    pub const DEFAULT: SharedReceive = SharedReceive {
+        slots: 2048,
+        base_grant: 4,
+        max_grant: 64,
+    };
+
+    /// Checks the values: a base of at least 3 (the smallest grant that cannot stall), a
+    /// maximum no smaller than the base and at most 65535, and room for one base.
+    pub fn validate(&self) -> Result<(), Error> {
+        let ok = self.base_grant >= rpc_proto::credit_pool::MIN_GRANT
+            && self.max_grant >= self.base_grant
+            && self.max_grant <= u32::from(u16::MAX)
+            && self.slots >= self.base_grant;
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::InvalidConfig(format!(
+                "shared receive: {self:?} (need 3 <= base_grant <= max_grant <= 65535 and \
+                 slots >= base_grant)"
+            )))
+        }
     }
 }

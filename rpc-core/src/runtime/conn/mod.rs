@@ -97,6 +97,9 @@ impl Conn {
         let peer = link.peer_hello();
         let mut core = Connection::new(role, local, peer, link.send_slot_size());
         core.set_memory(memory);
+        if let Some(grant) = link.take_grant() {
+            core.set_grant(grant);
+        }
         core.set_keepalive(keepalive);
         core.set_stall_timeout(stall_timeout);
         // Calls beyond the server's `max_calls` wait in the core, in order (a client's only).

@@ -24,7 +24,7 @@ use super::{Counters, Stats};
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{MemoryBudget, Role};
 use crate::protocol::Keepalive;
-use crate::transport::{Acceptor, RingConfig};
+use crate::transport::{Acceptor, RingConfig, SharedReceive};
 use crate::{Error, Interceptor, TransportKind};
 pub use dispatch::Execution;
 use dispatch::Route;
@@ -35,6 +35,7 @@ pub use handler::{IncomingRequest, ReplySink, Service};
 /// Configures a [`Server`]: its services, where their handlers run, its ring sizes.
 pub struct ServerBuilder {
     ring: RingConfig,
+    shared_receive: Option<SharedReceive>,
     workers: usize,
     max_queued: usize,
     max_connections: Option<usize>,
@@ -56,6 +57,7 @@ impl Default for ServerBuilder {
     fn default() -> Self {
         ServerBuilder {
             ring: RingConfig::default(),
+            shared_receive: Some(SharedReceive::DEFAULT),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_queued: 4096,
             max_connections: None,
@@ -79,6 +81,15 @@ impl ServerBuilder {
     /// Receive ring per connection and the largest request accepted.
     pub fn ring(mut self, ring: RingConfig) -> Self {
         self.ring = ring;
+        self
+    }
+
+    /// Over verbs, the connections' receive slots come from one shared receive queue, and
+    /// their credits from its pool (PROTOCOL.md §22.4): `Some(config)`, by default
+    /// [`SharedReceive::DEFAULT`]. `None` gives every connection a receive ring of its own
+    /// (the [`RingConfig`]'s `slot_count` slots), as TCP and in-memory connections have.
+    pub fn shared_receive(mut self, shared: Option<SharedReceive>) -> Self {
+        self.shared_receive = shared;
         self
     }
 
@@ -294,7 +305,13 @@ impl ServerBuilder {
             cq,
             acceptor,
             name: transport_name,
-        } = server_transport(addr, transport, self.ring, self.thread_context.clone())?;
+        } = server_transport(
+            addr,
+            transport,
+            self.ring,
+            self.shared_receive,
+            self.thread_context.clone(),
+        )?;
         let counters = Arc::new(Counters::default());
         let paths = routes
             .values()
@@ -448,6 +465,12 @@ impl Server {
     /// The server's counters.
     pub fn stats(&self) -> Stats {
         self.shared.calls.counters.snapshot()
+    }
+
+    /// Bytes the server registered with its RDMA device now (over verbs: its shared receive
+    /// queue and its connections' send rings; 0 over other transports).
+    pub fn registered_bytes(&self) -> u64 {
+        self.endpoint.registered_bytes()
     }
 
     /// Number of live connections.

@@ -8,8 +8,10 @@
 //!
 //! **Polling.** `poll` drains work completions in batches of [`BATCH`] into a stash (the
 //! surplus beyond `max` waits there for the next call), maps each to a [`Completion`] through
-//! the link table (wr_id → link key → link), and reports `Closed` for error completions once
-//! per link. Links closed by a cm event or `Link::close` are queued on the table's side queue;
+//! the link table (wr_id → link key → link; a receive of the shared receive queue, whose
+//! wr_id names no link, by its QP number → link key → link), and reports `Closed` for error
+//! completions once per link. A shared receive slot that no open link reports goes straight
+//! back to the SRQ. Links closed by a cm event or `Link::close` are queued on the table's side queue;
 //! their `Closed` is reported only after the CQ was found empty, so frames that arrived before
 //! the disconnect are delivered first.
 //!
@@ -27,9 +29,10 @@ use rpc_sync::Mutex;
 use super::cq::{wc_buffer, wc_status_str, CompChannel, RawCq};
 use super::device::{context_name, Device, DeviceList, Pd};
 use super::link::{LinkInner, Links};
+use super::shared_recv::SharedRecv;
 use super::sys::{no_device, poll_readable};
-use super::wr_id::decode_wr_id;
-use crate::transport::{Completion, CompletionQueue, RecvBuf, RecvInner};
+use super::wr_id::{decode_wr_id, SHARED_KEY};
+use crate::transport::{Completion, CompletionQueue, RecvBuf, RecvInner, SharedReceive};
 use crate::Error;
 
 /// Work completions fetched per `ibv_poll_cq`.
@@ -49,6 +52,7 @@ struct Wc {
     status: ibv_wc_status::Type,
     byte_len: u32,
     vendor_err: u32,
+    qp_num: u32,
 }
 
 struct PollState {
@@ -61,6 +65,8 @@ struct PollState {
 /// State shared by the endpoint and its [`VerbsCq`].
 pub(super) struct CqShared {
     dev: OnceLock<Arc<DeviceRes>>,
+    /// The endpoint's shared receive queue, once an acceptor created it.
+    shared: OnceLock<Arc<SharedRecv>>,
     init: Mutex<()>,
     links: Arc<Links>,
     poll: Mutex<PollState>,
@@ -70,6 +76,7 @@ impl CqShared {
     pub(super) fn new(links: Arc<Links>) -> Arc<CqShared> {
         Arc::new(CqShared {
             dev: OnceLock::new(),
+            shared: OnceLock::new(),
             init: Mutex::new(()),
             links,
             poll: Mutex::new(PollState {
@@ -83,6 +90,35 @@ impl CqShared {
     /// The device resources, once created.
     pub(super) fn device(&self) -> Option<&Arc<DeviceRes>> {
         self.dev.get()
+    }
+
+    /// The endpoint's shared receive queue on `res`, created on first use with `config` and
+    /// slots of `slot_size` bytes (later calls get that one, whatever they pass).
+    pub(super) fn ensure_shared(
+        &self,
+        res: &DeviceRes,
+        config: SharedReceive,
+        slot_size: u32,
+    ) -> Result<Arc<SharedRecv>, Error> {
+        if let Some(shared) = self.shared.get() {
+            return Ok(shared.clone());
+        }
+        let _init = self.init.lock();
+        if let Some(shared) = self.shared.get() {
+            return Ok(shared.clone());
+        }
+        config.validate()?;
+        let numbers = (config.slots, config.base_grant, config.max_grant);
+        let shared = SharedRecv::new(&res.pd, &res.cq, numbers, slot_size)?;
+        let _ = self.shared.set(shared.clone());
+        Ok(shared)
+    }
+
+    /// A shared receive slot no link will report (its link is gone): back to the SRQ.
+    fn repost_shared(&self, slot: u32) {
+        if let Some(shared) = self.shared.get() {
+            shared.repost(slot);
+        }
     }
 
     /// The device resources for `ctx` (a cm id's context), created on first use.
@@ -148,6 +184,7 @@ impl CqShared {
                 status: wc.status,
                 byte_len: wc.byte_len,
                 vendor_err: wc.vendor_err,
+                qp_num: wc.qp_num,
             });
         }
         n
@@ -161,6 +198,17 @@ impl CqShared {
         out: &mut Vec<Completion>,
     ) -> bool {
         let (is_send, key, slot) = decode_wr_id(wc.wr_id);
+        let shared = !is_send && key == SHARED_KEY;
+        let key = match shared {
+            true => match self.links.key_of_qp(wc.qp_num) {
+                Some(key) => key,
+                None => {
+                    self.repost_shared(slot);
+                    return false;
+                }
+            },
+            false => key,
+        };
         let link = match cache {
             Some(link) if link.key() == key => link.clone(),
             _ => match self.links.lookup(key) {
@@ -168,19 +216,29 @@ impl CqShared {
                     *cache = Some(link.clone());
                     link
                 }
-                // A link already dropped: its QP is destroyed, nothing to do.
-                None => return false,
+                // A link already dropped: its QP is destroyed, nothing to do (but a shared
+                // slot goes back to the SRQ).
+                None => {
+                    if shared {
+                        self.repost_shared(slot);
+                    }
+                    return false;
+                }
             },
         };
         if link.closed_reported() {
             if is_send {
                 link.sends_completed_through(slot);
+            } else if shared {
+                link.repost(slot);
             }
             return false;
         }
         if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
             if is_send {
                 link.sends_completed_through(slot);
+            } else if shared {
+                link.repost(slot);
             }
             let status = wc_status_str(wc.status);
             if link.is_closing() {
@@ -235,6 +293,10 @@ impl VerbsCq {
 }
 
 impl CompletionQueue for VerbsCq {
+    fn registered_bytes(&self) -> u64 {
+        self.shared.device().map_or(0, |res| res.pd.registered())
+    }
+
     fn poll(&self, out: &mut Vec<Completion>, max: usize) -> usize {
         let shared = &self.shared;
         let mut state = shared.poll.lock();

@@ -8,6 +8,7 @@
 //! holds an `Arc<DeviceList>` — keeps its context open for as long as anything built on it lives.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rdma_sys::{
@@ -168,6 +169,8 @@ pub(super) unsafe fn context_name(ctx: *mut ibv_context) -> String {
 /// A protection domain on a [`Device`].
 pub(super) struct Pd {
     raw: NonNull<ibv_pd>,
+    /// Bytes registered on this PD now (the endpoint's, one PD each; a statistic).
+    registered: AtomicU64,
     _device: Arc<Device>,
 }
 
@@ -183,8 +186,24 @@ impl Pd {
         let raw = NonNull::new(raw).ok_or_else(|| errno_error("ibv_alloc_pd"))?;
         Ok(Arc::new(Pd {
             raw,
+            registered: AtomicU64::new(0),
             _device: device,
         }))
+    }
+
+    /// Counts `bytes` registered on this PD (positive) or deregistered.
+    pub(super) fn count_registered(&self, bytes: u64, registering: bool) {
+        if registering {
+            self.registered.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            self.registered.fetch_sub(bytes, Ordering::Relaxed);
+        }
+        super::stats::registered(bytes, registering);
+    }
+
+    /// Bytes registered on this PD now.
+    pub(super) fn registered(&self) -> u64 {
+        self.registered.load(Ordering::Relaxed)
     }
 
     pub(super) fn raw(&self) -> *mut ibv_pd {

@@ -27,13 +27,15 @@ use super::completions::{CqShared, DeviceRes, VerbsCq};
 use super::device::{context_name, DeviceList};
 use super::events::CmDispatcher;
 use super::handle::VerbsLink;
-use super::link::{LinkInner, LinkParts, Links};
+use super::link::{LinkInner, LinkParts, Links, RecvRing};
 use super::mr::Region;
 use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
+use super::shared_recv::SharedRecv;
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
 use crate::protocol::v2::{Hello, HELLO_LEN};
-use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig};
+use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedReceive};
 use crate::Error;
+use rpc_proto::Grant;
 
 /// How long an accepted connection may take from CONNECT_REQUEST to ESTABLISHED.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -156,7 +158,8 @@ impl Core {
         self.cq.ensure_device(&self.list, id.verbs())
     }
 
-    /// Builds a link on `id`: QP, rings, every receive posted.
+    /// Builds a link on `id`: QP, rings, every receive posted; or, given a shared receive
+    /// queue and the link's grant of it, a QP taking its receives from there and a send ring.
     fn build_link(
         &self,
         res: &Arc<DeviceRes>,
@@ -164,6 +167,7 @@ impl Core {
         ring: RingConfig,
         link_id: LinkId,
         peer_name: String,
+        shared: Option<(Arc<SharedRecv>, Grant)>,
     ) -> Result<Arc<LinkInner>, Error> {
         let caps = res.device.caps();
         if ring.slot_count > caps.max_qp_wr {
@@ -174,17 +178,39 @@ impl Core {
                 res.device.name()
             )));
         }
-        let reservation = res.cq.reserve(ring.slot_count.saturating_mul(2))?;
-        let recv = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
+        let (recv, grant, local_hello) = match shared {
+            Some((shared, grant)) => {
+                let hello = Hello {
+                    slot_count: shared.base(),
+                    ..ring.hello()
+                };
+                (RecvRing::Shared(shared), Some(grant), hello)
+            }
+            None => {
+                let region = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
+                (RecvRing::Own(region), None, ring.hello())
+            }
+        };
+        // Completion entries: the sends, and the receives unless the SRQ reserved them.
+        let entries = match &recv {
+            RecvRing::Own(_) => ring.slot_count.saturating_mul(2),
+            RecvRing::Shared(_) => ring.slot_count,
+        };
+        let reservation = res.cq.reserve(entries)?;
         let send = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
-        let qp = Qp::new(id, &res.pd, &res.cq, ring.slot_count)?;
+        let srq = match &recv {
+            RecvRing::Shared(shared) => Some(shared.srq()),
+            RecvRing::Own(_) => None,
+        };
+        let qp = Qp::new(id, &res.pd, &res.cq, ring.slot_count, srq)?;
         LinkInner::new(LinkParts {
             qp,
             recv,
+            grant,
             send,
             reservation,
             id: link_id,
-            local_hello: ring.hello(),
+            local_hello,
             peer_name,
             links: self.links.clone(),
             dispatcher: self.dispatcher.clone(),
@@ -199,9 +225,9 @@ impl Core {
     }
 }
 
-fn conn_param(ring: &RingConfig) -> ConnParam {
+fn conn_param(hello: &Hello) -> ConnParam {
     ConnParam {
-        private_data: ring.hello().encode().to_vec(),
+        private_data: hello.encode().to_vec(),
         retry_count: RETRY_COUNT,
         rnr_retry_count: RNR_RETRY,
     }
@@ -293,6 +319,12 @@ impl VerbsEndpoint {
     /// The completion queue of all this endpoint's links.
     pub fn cq(&self) -> Arc<dyn CompletionQueue> {
         self.cq.clone()
+    }
+
+    /// Bytes this endpoint registered with its RDMA device now: its links' rings and, for a
+    /// server, its shared receive queue.
+    pub fn registered_bytes(&self) -> u64 {
+        self.cq.registered_bytes()
     }
 
     /// The RDMA device this endpoint uses, once a connection or listener chose it.
@@ -425,8 +457,8 @@ impl VerbsEndpoint {
         let id = Arc::new(id);
         let link = self
             .core
-            .build_link(&res, id.clone(), ring, link_id, addr.to_string())?;
-        id.connect(&conn_param(&ring))?;
+            .build_link(&res, id.clone(), ring, link_id, addr.to_string(), None)?;
+        id.connect(&conn_param(&link.local_hello()))?;
         let ev = loop {
             let Some(ev) = channel.get_until(until)? else {
                 return Err(Attempt::Retry(format!(
@@ -498,7 +530,24 @@ impl VerbsEndpoint {
 
     /// [`VerbsEndpoint::listen`] with the concrete acceptor type.
     pub fn listen_verbs(&self, addr: SocketAddr, ring: RingConfig) -> Result<VerbsAcceptor, Error> {
+        self.listen_shared(addr, ring, None)
+    }
+
+    /// [`VerbsEndpoint::listen_verbs`] whose links, given `shared`, take their receives from
+    /// the endpoint's shared receive queue (created with the first link, `shared.slots` slots
+    /// of `ring.slot_size` bytes) and are granted credits from its pool: their HELLO announces
+    /// `shared.base_grant` slots, `ring.slot_count` sizes their send rings, and a link whose
+    /// base grant does not fit in the pool is rejected.
+    pub fn listen_shared(
+        &self,
+        addr: SocketAddr,
+        ring: RingConfig,
+        shared: Option<SharedReceive>,
+    ) -> Result<VerbsAcceptor, Error> {
         ring.validate()?;
+        if let Some(config) = shared {
+            config.validate()?;
+        }
         let channel = EventChannel::new()?;
         let id = CmId::new(&channel)?;
         id.bind(addr).map_err(|e| {
@@ -535,6 +584,7 @@ impl VerbsEndpoint {
             listen: id,
             channel,
             ring,
+            shared,
             local,
             stop,
         })
@@ -580,6 +630,8 @@ pub struct VerbsAcceptor {
     listen: CmId,
     channel: Arc<EventChannel>,
     ring: RingConfig,
+    /// The links' receives come from the endpoint's shared receive queue.
+    shared: Option<SharedReceive>,
     local: SocketAddr,
     stop: Arc<AcceptorStop>,
 }
@@ -607,11 +659,25 @@ impl VerbsAcceptor {
             let hello = peer_hello(&ev.private_data)?;
             let res = self.core.ensure_device(&id)?;
             let link_id = self.core.next_link_id.fetch_add(1, Ordering::Relaxed);
-            let link = self
-                .core
-                .build_link(&res, id.clone(), self.ring, link_id, peer.clone())?;
+            let shared = match self.shared {
+                Some(config) => {
+                    let shared = (self.core.cq).ensure_shared(&res, config, self.ring.slot_size)?;
+                    let grant = shared.admit().ok_or_else(|| Error::Verbs {
+                        call: "accept",
+                        reason: format!(
+                            "the shared receive queue's {} slots are all granted",
+                            config.slots
+                        ),
+                    })?;
+                    Some((shared, grant))
+                }
+                None => None,
+            };
+            let link =
+                self.core
+                    .build_link(&res, id.clone(), self.ring, link_id, peer.clone(), shared)?;
             link.set_peer_hello(hello);
-            id.accept(&conn_param(&self.ring))?;
+            id.accept(&conn_param(&link.local_hello()))?;
             link.qp().tune_and_log(Core::port_mtu(&res, &id));
             tracing::debug!(link = link_id, %peer, ?hello, "verbs: accepted, waiting for ESTABLISHED");
             Ok(link)

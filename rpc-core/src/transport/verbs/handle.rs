@@ -76,6 +76,10 @@ impl Link for VerbsLink {
         self.inner.send_limit()
     }
 
+    fn ring_bytes(&self) -> usize {
+        self.inner.ring_bytes()
+    }
+
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {
         rpc_sync::assert_unlocked("posting a frame");
         let send = self.checked(buf, len)?;
@@ -116,6 +120,10 @@ impl Link for VerbsLink {
 
     fn peer_name(&self) -> String {
         self.inner.peer_name().to_string()
+    }
+
+    fn take_grant(&self) -> Option<rpc_proto::Grant> {
+        self.inner.take_grant()
     }
 
     fn close(&self) {

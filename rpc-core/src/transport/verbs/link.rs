@@ -9,7 +9,10 @@
 //! posted before the connection is established (the HELLO promises them to the peer). A RECV
 //! completion becomes a [`VerbsRecv`] that owns its slot; dropping it re-posts the slot and
 //! counts a credit for [`Link::take_reposted`]. Once the link is closing, dropped slots are
-//! simply released.
+//! simply released. A server that pools its receive slots gives its links no ring of their
+//! own: their QPs take receives from the endpoint's shared receive queue
+//! ([`SharedRecv`]), a slot goes back to it when released (closing link or not), and the link
+//! holds its [`Grant`] of the pool until its connection's core takes it.
 //!
 //! **Send ring.** `slot_count` slots in one registered region; free slots sit in a lock-free
 //! queue. A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
@@ -37,6 +40,7 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam::queue::ArrayQueue;
 use rdma_sys::ibv_send_flags;
+use rpc_proto::Grant;
 use rpc_sync::{Flag, Mutex};
 
 use crate::transport::reposts::Reposts;
@@ -46,6 +50,7 @@ use super::cq::CqeReservation;
 use super::events::CmDispatcher;
 use super::mr::Region;
 use super::qp::{Qp, SendWr};
+use super::shared_recv::SharedRecv;
 use super::table::LinkTable;
 use super::wr_id::wr_id;
 use crate::protocol::v2::Hello;
@@ -64,11 +69,28 @@ struct SendState {
     held: Vec<SendWr>,
 }
 
+/// Where a link's receives land.
+pub(super) enum RecvRing {
+    /// A ring of its own, posted to its QP.
+    Own(Region),
+    /// The endpoint's shared receive queue.
+    Shared(Arc<SharedRecv>),
+}
+
+impl RecvRing {
+    fn slot_size(&self) -> usize {
+        match self {
+            RecvRing::Own(region) => region.slot_size(),
+            RecvRing::Shared(shared) => shared.slot_size(),
+        }
+    }
+}
+
 /// Everything a link owns. Field order is drop order: the QP goes first (so the device stops
 /// using the rings and the cm id can be destroyed), then the rings, then the CQ reservation.
 pub(super) struct LinkInner {
     qp: Qp,
-    recv: Region,
+    recv: RecvRing,
     send: Region,
     _reservation: CqeReservation,
     key: u32,
@@ -91,12 +113,15 @@ pub(super) struct LinkInner {
     /// The cm event thread, which closes this link on a disconnect: kept running while the
     /// link lives, and told to forget the link's id when it is released.
     dispatcher: Arc<CmDispatcher>,
+    /// The grant of a shared receive queue's pool, until the connection takes it.
+    grant: Mutex<Option<Grant>>,
 }
 
 /// What a link is built from.
 pub(super) struct LinkParts {
     pub(super) qp: Qp,
-    pub(super) recv: Region,
+    pub(super) recv: RecvRing,
+    pub(super) grant: Option<Grant>,
     pub(super) send: Region,
     pub(super) reservation: CqeReservation,
     pub(super) id: u64,
@@ -142,10 +167,16 @@ impl LinkInner {
             low_water,
             links: parts.links,
             dispatcher: parts.dispatcher,
+            grant: Mutex::new(parts.grant),
         });
         link.links.register(key, &link);
-        for slot in 0..link.recv.count() {
-            link.post_recv(slot)?;
+        match &link.recv {
+            RecvRing::Own(region) => {
+                for slot in 0..region.count() {
+                    link.post_recv(region, slot)?;
+                }
+            }
+            RecvRing::Shared(_) => link.links.register_qp(link.qp.qp_num(), key),
         }
         tracing::debug!(
             link = link.id,
@@ -153,6 +184,7 @@ impl LinkInner {
             qp_num = link.qp.qp_num(),
             slots = count,
             slot_size = link.recv.slot_size(),
+            shared = matches!(link.recv, RecvRing::Shared(_)),
             signal_every,
             "verbs: link rings ready, receives posted"
         );
@@ -194,6 +226,16 @@ impl LinkInner {
         &self.reposted
     }
 
+    /// Bytes registered for this link alone: its send ring, and its receive ring unless its
+    /// receives come from a shared receive queue.
+    pub(super) fn ring_bytes(&self) -> usize {
+        let send = self.send.count() as usize * self.send.slot_size();
+        match &self.recv {
+            RecvRing::Own(region) => send + region.count() as usize * region.slot_size(),
+            RecvRing::Shared(_) => send,
+        }
+    }
+
     /// The largest frame this side may send: its own slot, and the peer's receive slot.
     pub(super) fn send_limit(&self) -> usize {
         self.send
@@ -201,26 +243,41 @@ impl LinkInner {
             .min(self.peer_hello().slot_size as usize)
     }
 
-    fn post_recv(&self, slot: u32) -> Result<(), Error> {
+    fn post_recv(&self, region: &Region, slot: u32) -> Result<(), Error> {
         self.qp.post_recv(
             wr_id(false, self.key, slot),
-            self.recv.slot_addr(slot),
-            self.recv.slot_size() as u32,
-            self.recv.lkey(),
+            region.slot_addr(slot),
+            region.slot_size() as u32,
+            region.lkey(),
         )
     }
 
-    /// Gives a received slot back to the device (called when its VerbsRecv drops).
-    fn repost(&self, slot: u32) {
-        if self.is_closing() {
-            return;
-        }
-        match self.post_recv(slot) {
+    /// Gives a received slot back to the device (called when its VerbsRecv drops, or for a
+    /// shared slot whose frame the link will not report): a shared slot always goes back to
+    /// the SRQ; a credit is counted only while the link is open.
+    pub(super) fn repost(&self, slot: u32) {
+        let posted = match &self.recv {
+            RecvRing::Own(_) if self.is_closing() => return,
+            RecvRing::Own(region) => self.post_recv(region, slot),
+            RecvRing::Shared(shared) => {
+                shared.repost(slot);
+                if self.is_closing() {
+                    return;
+                }
+                Ok(())
+            }
+        };
+        match posted {
             Ok(()) => {
                 self.reposted.release();
             }
             Err(e) => tracing::debug!(link = self.id, error = %e, "verbs: re-post failed"),
         }
+    }
+
+    /// The grant of a shared receive queue's pool, once (see [`RecvRing::Shared`]).
+    pub(super) fn take_grant(&self) -> Option<Grant> {
+        self.grant.lock().take()
     }
 
     pub(super) fn is_closing(&self) -> bool {
@@ -393,6 +450,9 @@ impl Drop for LinkInner {
     fn drop(&mut self) {
         self.dispatcher.forget(self.qp.id().addr());
         self.links.unregister(self.key);
+        if matches!(self.recv, RecvRing::Shared(_)) {
+            self.links.unregister_qp(self.qp.qp_num());
+        }
         // The fields drop next, in order: the QP (rdma_destroy_qp discards all posted work,
         // so the device no longer touches the rings), the cm id with it (rdma_destroy_id also
         // disconnects an established connection), the rings (deregistered, freed), and the CQ
@@ -411,10 +471,15 @@ pub struct VerbsRecv {
 impl VerbsRecv {
     /// The whole receive slot.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: this VerbsRecv owns the slot: it was created from the slot's completion and
-        // the slot is re-posted only when this value drops, so the device does not write to it
-        // while the returned borrow lives; nobody else takes a `&mut` to receive slots.
-        unsafe { self.link.recv.slot(self.slot) }
+        match &self.link.recv {
+            // SAFETY: this VerbsRecv owns the slot: it was created from the slot's completion
+            // and the slot is re-posted only when this value drops, so the device does not
+            // write to it while the returned borrow lives; nobody else takes a `&mut` to
+            // receive slots.
+            RecvRing::Own(region) => unsafe { region.slot(self.slot) },
+            // SAFETY: as above, for a slot of the shared receive queue.
+            RecvRing::Shared(shared) => unsafe { shared.slot(self.slot) },
+        }
     }
 }
 

@@ -14,12 +14,14 @@
 //!
 //! # Layers
 //!
-//! * **Ownership** (`sys`, `device`, `cq`, `qp`, `mr`, `cm`): one owner per verbs object,
+//! * **Ownership** (`sys`, `device`, `cq`, `qp`, `srq`, `mr`, `cm`): one owner per verbs object,
 //!   which creates it, releases it in `Drop`, and wraps the calls made on it. No policy: these
 //!   modules know nothing of links, keys or completions' meaning.
 //! * **Policy**, which depends on ownership and never the reverse: `wr_id` (what a work
-//!   request's id encodes), `table` (link key → link, the side queue of closed links, the
-//!   poller's wake-up), `link` (rings, credits, sends; the buffers [`VerbsRecv`] and
+//!   request's id encodes), `table` (link key → link, QP number → link key for shared
+//!   receives, the side queue of closed links, the poller's wake-up), `shared_recv` (a
+//!   server's shared receive queue and the credit pool granting its slots), `link` (rings,
+//!   credits, sends; the buffers [`VerbsRecv`] and
 //!   [`VerbsSend`]), `handle` ([`VerbsLink`]: the [`Link`](crate::transport::Link) over a
 //!   link), `events` (the rdma_cm event thread), `completions` (work completions →
 //!   [`Completion`](crate::transport::Completion)s; [`VerbsCq`]) and `endpoint` (connect,
@@ -36,16 +38,21 @@
 //! DeviceList (rdma_get_devices: pins librdmacm's device contexts; rdma_free_devices)
 //!   └─ Device (an ibv_context of that list)
 //!        ├─ Pd (ibv_alloc_pd / ibv_dealloc_pd)
-//!        │    └─ Region (aligned allocation + ibv_reg_mr, LOCAL_WRITE only / ibv_dereg_mr, free)
+//!        │    ├─ Region (aligned allocation + ibv_reg_mr, LOCAL_WRITE only / ibv_dereg_mr, free)
+//!        │    └─ Srq (ibv_create_srq / ibv_destroy_srq)
 //!        └─ CompChannel (ibv_create_comp_channel / ibv_destroy_comp_channel)
 //!             └─ RawCq (ibv_create_cq / ack outstanding events, ibv_destroy_cq)
 //! EventChannel (rdma_create_event_channel / rdma_destroy_event_channel)
 //!   └─ CmId (rdma_create_id / rdma_destroy_id; holds the channel it currently reports on)
-//! Qp (rdma_create_qp / rdma_destroy_qp) holds Arc<CmId>, Arc<RawCq>, Arc<Pd>
-//! LinkInner: fields in drop order: Qp, receive Region, send Region, CQ reservation, ...
+//! Qp (rdma_create_qp / rdma_destroy_qp) holds Arc<CmId>, Arc<RawCq>, Arc<Pd>, Arc<Srq> if any
+//! SharedRecv: fields in drop order: Arc<Srq>, its Region, CQ reservation, credit pool
+//! LinkInner: fields in drop order: Qp, receive Region or Arc<SharedRecv>, send Region, CQ
+//!   reservation, ...
 //! ```
 //!
-//! So: QP before its cm id, CQ and PD; MRs before the PD; CQ before its completion channel;
+//! So: QP before its cm id, CQ, PD and SRQ; an SRQ (each of its QPs holds an `Arc`, and
+//! each link an `Arc` of its `SharedRecv`) before the region its receives point into; MRs
+//! before the PD; CQ before its completion channel;
 //! cm id before its event channel; everything before the device list. A link's QP is destroyed
 //! before its rings are deregistered and freed, so the device never touches freed memory. The
 //! receive buffers handed to the runtime ([`VerbsRecv`]) and free send slots ([`VerbsSend`])
@@ -100,9 +107,13 @@
 //! # Limits
 //!
 //! An endpoint uses one RDMA device (the one its first connection or listener resolved to).
-//! Registered memory counts against `RLIMIT_MEMLOCK`: each link registers two rings of
-//! `slot_count × slot_size` bytes; a failed registration says so and shows the current
-//! `ulimit -l`.
+//! Registered memory counts against `RLIMIT_MEMLOCK`: each link registers a send ring of
+//! `slot_count × slot_size` bytes, and a receive ring as large unless its receives come from
+//! its server's shared receive queue (`slots × slot_size`, once per endpoint); a failed
+//! registration says so and shows the current `ulimit -l`. One completion queue (at most
+//! 32,767 entries on rdma_rxe) takes every link's completions: `2 × slot_count` entries per
+//! link with a receive ring of its own, `slot_count` per link of a shared receive queue, plus
+//! one per shared slot.
 
 // Ownership: one RAII owner per verbs object and the calls made on it; no policy.
 mod cm;
@@ -110,6 +121,7 @@ mod cq;
 mod device;
 mod mr;
 mod qp;
+mod srq;
 mod stats;
 mod sys;
 
@@ -119,6 +131,7 @@ mod endpoint;
 mod events;
 mod handle;
 mod link;
+mod shared_recv;
 mod table;
 mod wr_id;
 

@@ -23,7 +23,7 @@ pub(super) struct Region {
     slot_size: usize,
     count: u32,
     lkey: u32,
-    _pd: Arc<Pd>,
+    pd: Arc<Pd>,
 }
 
 // SAFETY: the region is raw memory plus an MR handle. Who may touch which slot is decided by
@@ -75,6 +75,7 @@ impl Region {
         };
         // SAFETY: ibv_reg_mr returned a valid MR that we own.
         let lkey = unsafe { mr.as_ref() }.lkey;
+        pd.count_registered(len as u64, true);
         Ok(Region {
             mr,
             ptr,
@@ -82,7 +83,7 @@ impl Region {
             slot_size,
             count,
             lkey,
-            _pd: pd.clone(),
+            pd: pd.clone(),
         })
     }
 
@@ -150,6 +151,7 @@ impl Drop for Region {
             tracing::warn!(error = %status_error("ibv_dereg_mr", ret), "verbs: leaking a ring");
             return;
         }
+        self.pd.count_registered(self.layout.size() as u64, false);
         // SAFETY: allocated in `new` with this layout, deregistered above, never freed before.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }

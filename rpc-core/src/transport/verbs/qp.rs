@@ -10,6 +10,7 @@
 //! | path MTU | what rdma_cm derives from the port / netdev (RoCE: the interface MTU) | checked against the port's `active_mtu` and logged; rdma_cm performs the RTR transition, so it cannot be chosen independently |
 //! | `max_inline_data` | 256 requested, the device's grant used | small frames are copied into the WQE: no DMA read of the slot |
 //! | `max_send_wr` / `max_recv_wr` | slot count | one WR per slot; a slot is reused only after its completion was polled, so posting cannot overflow |
+//! | `srq` | a server's shared receive queue, if it pools its slots | receives come from the SRQ, posted once for every QP (`shared_recv` module) |
 //! | `sq_sig_all` | 0 | selective signalling (see the link module) |
 
 use std::mem::MaybeUninit;
@@ -18,13 +19,14 @@ use std::sync::Arc;
 
 use rdma_sys::{
     ibv_modify_qp, ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_cap, ibv_qp_init_attr,
-    ibv_qp_type, ibv_query_qp, ibv_recv_wr, ibv_send_wr, ibv_sge, rdma_create_qp, rdma_destroy_qp,
+    ibv_qp_type, ibv_query_qp, ibv_send_wr, ibv_sge, rdma_create_qp, rdma_destroy_qp,
 };
 
 use super::cm::CmId;
 use super::cq::RawCq;
 use super::device::Pd;
-use super::sys::{errno_error, status_error};
+use super::srq::Srq;
+use super::sys::{errno_error, post_one_recv, status_error};
 use crate::Error;
 
 /// Most SENDs chained into one `ibv_post_send`.
@@ -59,6 +61,7 @@ pub(super) struct Qp {
     id: Arc<CmId>,
     _cq: Arc<RawCq>,
     _pd: Arc<Pd>,
+    _srq: Option<Arc<Srq>>,
 }
 
 // SAFETY: posting to and modifying a QP is thread-safe in libibverbs; the handle is only used
@@ -68,12 +71,14 @@ unsafe impl Send for Qp {}
 unsafe impl Sync for Qp {}
 
 impl Qp {
-    /// Creates the QP on `id` with `depth` send and receive WRs.
+    /// Creates the QP on `id` with `depth` send and receive WRs, its receives taken from
+    /// `srq` if given.
     pub(super) fn new(
         id: Arc<CmId>,
         pd: &Arc<Pd>,
         cq: &Arc<RawCq>,
         depth: u32,
+        srq: Option<&Arc<Srq>>,
     ) -> Result<Qp, Error> {
         let mut last = None;
         for inline in [INLINE_REQUEST, 0] {
@@ -81,10 +86,10 @@ impl Qp {
                 qp_context: std::ptr::null_mut(),
                 send_cq: cq.raw(),
                 recv_cq: cq.raw(),
-                srq: std::ptr::null_mut(),
+                srq: srq.map_or(std::ptr::null_mut(), |srq| srq.raw()),
                 cap: ibv_qp_cap {
                     max_send_wr: depth,
-                    max_recv_wr: depth,
+                    max_recv_wr: if srq.is_some() { 0 } else { depth },
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: inline,
@@ -92,8 +97,9 @@ impl Qp {
                 qp_type: ibv_qp_type::IBV_QPT_RC,
                 sq_sig_all: 0,
             };
-            // SAFETY: the id is live and bound to the PD's device; the CQ and PD are live and
-            // outlive the QP (we hold Arcs); `attr` is valid and updated with the granted caps.
+            // SAFETY: the id is live and bound to the PD's device; the CQ, PD and SRQ are live
+            // and outlive the QP (we hold Arcs); `attr` is valid and updated with the granted
+            // caps.
             let ret = unsafe { rdma_create_qp(id.raw(), pd.raw(), &mut attr) };
             if ret == 0 {
                 // SAFETY: on success librdmacm stored the new QP in the id.
@@ -110,6 +116,7 @@ impl Qp {
                     id,
                     _cq: cq.clone(),
                     _pd: pd.clone(),
+                    _srq: srq.cloned(),
                 });
             }
             let err = errno_error("rdma_create_qp");
@@ -140,26 +147,13 @@ impl Qp {
         len: u32,
         lkey: u32,
     ) -> Result<(), Error> {
-        let mut sge = ibv_sge {
-            addr,
-            length: len,
-            lkey,
-        };
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: the QP is live; `wr` and `sge` are valid for the call (the provider copies
-        // them into the queue). The buffer [addr, addr+len) lies in a region registered on this
-        // QP's PD that outlives the QP, and the caller hands its ownership to the device.
-        let ret = unsafe { rdma_sys::ibv_post_recv(self.raw.as_ptr(), &mut wr, &mut bad) };
-        if ret != 0 {
-            return Err(status_error("ibv_post_recv", ret));
-        }
-        Ok(())
+        post_one_recv("ibv_post_recv", wr_id, (addr, len, lkey), |wr, bad| {
+            // SAFETY: the QP is live; `wr` and its scatter entry are valid for the call (the
+            // provider copies them into the queue). The buffer [addr, addr+len) lies in a
+            // region registered on this QP's PD that outlives the QP, and the caller hands its
+            // ownership to the device.
+            unsafe { rdma_sys::ibv_post_recv(self.raw.as_ptr(), wr, bad) }
+        })
     }
 
     /// Posts `sends` in order, chained into lists of up to [`POST_CHAIN`] work requests: one

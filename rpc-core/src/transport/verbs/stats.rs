@@ -1,6 +1,6 @@
 //! Process-wide counts of the verbs calls on the data path, for `make bench`'s posts and
-//! polls per message (`rpc-bench inproc --transport verbs`): statistics only, so each is a
-//! relaxed add, and nothing is decided from them.
+//! polls per message (`rpc-bench inproc --transport verbs`), and of the bytes registered:
+//! statistics only, so each is a relaxed add, and nothing is decided from them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -8,6 +8,7 @@ static POSTS: AtomicU64 = AtomicU64::new(0);
 static SENDS: AtomicU64 = AtomicU64::new(0);
 static POLLS: AtomicU64 = AtomicU64::new(0);
 static COMPLETIONS: AtomicU64 = AtomicU64::new(0);
+static REGISTERED: AtomicU64 = AtomicU64::new(0);
 
 /// What this process asked of its RDMA devices so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +21,9 @@ pub struct VerbsStats {
     pub polls: u64,
     /// Work completions those polls returned (sends and receives).
     pub completions: u64,
+    /// Bytes registered with `ibv_reg_mr` now (receive and send rings, shared receive
+    /// queues), by every endpoint of the process.
+    pub registered_bytes: u64,
 }
 
 /// The counts so far.
@@ -29,6 +33,7 @@ pub fn verbs_stats() -> VerbsStats {
         sends: SENDS.load(Ordering::Relaxed),
         polls: POLLS.load(Ordering::Relaxed),
         completions: COMPLETIONS.load(Ordering::Relaxed),
+        registered_bytes: REGISTERED.load(Ordering::Relaxed),
     }
 }
 
@@ -43,5 +48,14 @@ pub(super) fn polled(completions: usize) {
     if completions > 0 {
         POLLS.fetch_add(1, Ordering::Relaxed);
         COMPLETIONS.fetch_add(completions as u64, Ordering::Relaxed);
+    }
+}
+
+/// `bytes` registered (positive) or deregistered.
+pub(super) fn registered(bytes: u64, registering: bool) {
+    if registering {
+        REGISTERED.fetch_add(bytes, Ordering::Relaxed);
+    } else {
+        REGISTERED.fetch_sub(bytes, Ordering::Relaxed);
     }
 }

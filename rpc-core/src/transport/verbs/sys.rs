@@ -294,3 +294,30 @@ pub(super) fn remaining(deadline: Instant) -> Duration {
 pub(super) fn timeout_ms(d: Duration) -> i32 {
     d.as_millis().clamp(1, i32::MAX as u128) as i32
 }
+
+/// Posts one receive of `len` bytes at `addr` (one scatter entry, key `lkey`) with `post`,
+/// `ibv_post_recv` or `ibv_post_srq_recv` on a live queue, named `call` in the error.
+pub(super) fn post_one_recv(
+    call: &'static str,
+    wr_id: u64,
+    (addr, len, lkey): (u64, u32, u32),
+    post: impl FnOnce(&mut rdma_sys::ibv_recv_wr, &mut *mut rdma_sys::ibv_recv_wr) -> i32,
+) -> Result<(), Error> {
+    let mut sge = rdma_sys::ibv_sge {
+        addr,
+        length: len,
+        lkey,
+    };
+    let mut wr = rdma_sys::ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: &mut sge,
+        num_sge: 1,
+    };
+    let mut bad: *mut rdma_sys::ibv_recv_wr = std::ptr::null_mut();
+    let ret = post(&mut wr, &mut bad);
+    if ret != 0 {
+        return Err(status_error(call, ret));
+    }
+    Ok(())
+}

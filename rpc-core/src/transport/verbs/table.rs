@@ -18,12 +18,15 @@ use crossbeam::queue::SegQueue;
 use rpc_sync::RwLock;
 
 use super::sys::EventFd;
-use super::wr_id::MAX_KEY;
+use super::wr_id::SHARED_KEY;
 use crate::Error;
 
 /// Links by key, closed links waiting for their `Closed`, and the poller's wake-up.
 pub(super) struct LinkTable<L> {
     links: RwLock<HashMap<u32, Weak<L>>>,
+    /// The key of each link whose receives come from a shared receive queue, by QP number:
+    /// such a receive's completion names its link only by its QP.
+    by_qp: RwLock<HashMap<u32, u32>>,
     next_key: AtomicU32,
     closed: SegQueue<u32>,
     wake: EventFd,
@@ -33,6 +36,7 @@ impl<L> LinkTable<L> {
     pub(super) fn new() -> Result<LinkTable<L>, Error> {
         Ok(LinkTable {
             links: RwLock::new(HashMap::new()),
+            by_qp: RwLock::new(HashMap::new()),
             next_key: AtomicU32::new(1),
             closed: SegQueue::new(),
             wake: EventFd::new()?,
@@ -42,7 +46,7 @@ impl<L> LinkTable<L> {
     /// A key no link of this table had before.
     pub(super) fn next_key(&self) -> Result<u32, Error> {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        if key == 0 || key > MAX_KEY {
+        if key == 0 || key >= SHARED_KEY {
             return Err(Error::Verbs {
                 call: "link table",
                 reason: "link keys exhausted for this endpoint".into(),
@@ -61,6 +65,21 @@ impl<L> LinkTable<L> {
 
     pub(super) fn lookup(&self, key: u32) -> Option<Arc<L>> {
         self.links.read().get(&key).and_then(Weak::upgrade)
+    }
+
+    /// Names link `key` as the owner of QP `qp_num`, whose receives are shared.
+    pub(super) fn register_qp(&self, qp_num: u32, key: u32) {
+        self.by_qp.write().insert(qp_num, key);
+    }
+
+    /// Forgets QP `qp_num` (its link is released; the device may reuse the number).
+    pub(super) fn unregister_qp(&self, qp_num: u32) {
+        self.by_qp.write().remove(&qp_num);
+    }
+
+    /// The key of the link that owns QP `qp_num`, if it shares a receive queue.
+    pub(super) fn key_of_qp(&self, qp_num: u32) -> Option<u32> {
+        self.by_qp.read().get(&qp_num).copied()
     }
 
     /// Queues the Closed completion of link `key` and wakes the poller.

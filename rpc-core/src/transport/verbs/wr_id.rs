@@ -1,12 +1,15 @@
 //! The `wr_id` of every work request: plain integers, never pointers, so a completion of a
 //! link already released is recognised by a failed look-up in the link table and ignored.
 //!
-//! bit 63: send (1) or receive (0); bits 32..63: the link's key in the endpoint's link table;
-//! bits 0..32: the slot.
+//! bit 63: send (1) or receive (0); bits 32..63: the link's key in the endpoint's link table,
+//! or [`SHARED_KEY`] for a receive posted to a shared receive queue (its link is then the one
+//! whose QP the completion names); bits 0..32: the slot.
 
 const SEND_BIT: u64 = 1 << 63;
-/// Largest link key (31 bits).
+/// Largest key (31 bits).
 pub(super) const MAX_KEY: u32 = (1 << 31) - 1;
+/// The key of receives posted to a shared receive queue: no link has it.
+pub(super) const SHARED_KEY: u32 = MAX_KEY;
 
 /// The wr_id of a send (`send`) or receive work request on `slot` of link `key`.
 pub(super) fn wr_id(send: bool, key: u32, slot: u32) -> u64 {

@@ -1,0 +1,127 @@
+//! A server endpoint's shared receive ring: one SRQ with `slots` receives of one size posted
+//! from one registered region, taken by every QP of the endpoint's accepted links, and the
+//! [`CreditPool`] that grants those slots to the links' peers (`docs/PROTOCOL.md` §22.4).
+//!
+//! Every slot is posted once at creation and re-posted as soon as its frame is released,
+//! whichever link it served, even a closing one: the SRQ never loses a slot. The pool never
+//! grants more credits than there are slots, and a granted credit is backed by a posted slot
+//! (a peer's credits plus its frames in flight never exceed its grant minus the slots its frames
+//! hold), so a SEND never meets an empty SRQ, which `rnr_retry` 0 would turn into an error.
+//!
+//! A peer that sends beyond its credits takes slots other links' grants count on, until the
+//! poller reads its first such frame and closes its link (a `credit-overrun`). So the SRQ holds
+//! [`headroom`] slots more than the pool grants: a burst that large from a misbehaving peer
+//! costs the others nothing.
+//!
+//! Registered memory is the SRQ's, `(slots + headroom) × slot_size`, whatever the number of
+//! links; each link adds its send ring only.
+
+use std::sync::Arc;
+
+use rpc_proto::{CreditPool, Grant};
+
+use super::cq::{CqeReservation, RawCq};
+use super::device::Pd;
+use super::mr::Region;
+use super::srq::Srq;
+use super::wr_id::{wr_id, SHARED_KEY};
+use crate::Error;
+
+/// Slots posted beyond those the pool grants (an eighth, at least 64): room for what a peer
+/// overrunning its credits sends before its link is closed.
+pub(super) fn headroom(slots: u32) -> u32 {
+    (slots / 8).max(64)
+}
+
+/// The SRQ, its slots and its pool. Field order is drop order: the SRQ goes (once every QP
+/// attached to it is gone: each link holds an `Arc` of this) before the region it points into.
+pub(super) struct SharedRecv {
+    srq: Arc<Srq>,
+    region: Region,
+    _reservation: CqeReservation,
+    pool: CreditPool,
+    base: u32,
+}
+
+impl SharedRecv {
+    /// Creates the SRQ and its region on `pd` for a pool of `slots` slots of `slot_size` bytes
+    /// (plus the headroom), granted `base` to each link and at most `max_grant`; reserves a
+    /// completion entry per slot on `cq` and posts every slot. (The numbers of a validated
+    /// `transport::SharedReceive`: that module names this one's buffers, so it is not named
+    /// here.)
+    pub(super) fn new(
+        pd: &Arc<Pd>,
+        cq: &Arc<RawCq>,
+        (slots, base, max_grant): (u32, u32, u32),
+        slot_size: u32,
+    ) -> Result<Arc<SharedRecv>, Error> {
+        let posted = slots + headroom(slots);
+        let reservation = cq.reserve(posted)?;
+        let region = Region::new(pd, posted, slot_size)?;
+        let srq = Arc::new(Srq::new(pd, posted)?);
+        let shared = Arc::new(SharedRecv {
+            srq,
+            region,
+            _reservation: reservation,
+            pool: CreditPool::with_max_grant(slots, max_grant),
+            base,
+        });
+        for slot in 0..posted {
+            shared.post(slot)?;
+        }
+        tracing::debug!(
+            slots,
+            posted,
+            slot_size,
+            base_grant = base,
+            max_grant,
+            "verbs: shared receive queue ready, receives posted"
+        );
+        Ok(shared)
+    }
+
+    pub(super) fn srq(&self) -> &Arc<Srq> {
+        &self.srq
+    }
+
+    /// The base grant of a new link from the pool, or `None` when the pool has no room for
+    /// it (the connection is to be refused).
+    pub(super) fn admit(&self) -> Option<Grant> {
+        self.pool.admit(self.base)
+    }
+
+    /// The credits a new link's peer starts with: its HELLO's `slot_count`.
+    pub(super) fn base(&self) -> u32 {
+        self.base
+    }
+
+    pub(super) fn slot_size(&self) -> usize {
+        self.region.slot_size()
+    }
+
+    fn post(&self, slot: u32) -> Result<(), Error> {
+        self.srq.post_recv(
+            wr_id(false, SHARED_KEY, slot),
+            self.region.slot_addr(slot),
+            self.region.slot_size() as u32,
+            self.region.lkey(),
+        )
+    }
+
+    /// Gives a received slot back to the SRQ (its frame was released, or its link is gone).
+    pub(super) fn repost(&self, slot: u32) {
+        if let Err(e) = self.post(slot) {
+            tracing::warn!(slot, error = %e, "verbs: re-posting a shared receive failed");
+        }
+    }
+
+    /// The bytes of slot `slot`.
+    ///
+    /// # Safety
+    /// The caller must own the slot: it completed and was not re-posted since, and no `&mut`
+    /// to it exists for the returned lifetime.
+    pub(super) unsafe fn slot(&self, slot: u32) -> &[u8] {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.region.slot(slot) }
+    }
+}
