@@ -125,17 +125,7 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
     let cq = ep.cq();
     // One call on `link`: an unknown method, answered UNIMPLEMENTED.
     let call = |link: &Arc<dyn Link>, call_id: u64| {
-        let frame = Header {
-            flags: flags::OPEN | flags::END,
-            call_id,
-            code: 0xdead_beef,
-            message_len: 2,
-            ..Header::new(Kind::Message)
-        }
-        .to_frame(b"hi");
-        let mut slot = link.alloc_send().expect("a free send slot");
-        slot[..frame.len()].copy_from_slice(&frame);
-        link.post_send(slot, frame.len()).unwrap();
+        post_unknown_call(link, call_id);
         let code = next_end(&*cq, link).unwrap_or_else(|e| panic!("link closed: {e}"));
         assert_eq!(code, Code::Unimplemented as u32);
     };
@@ -209,17 +199,7 @@ fn verbs_a_peer_overrunning_its_credits_costs_the_shared_queue_nothing() {
             .connect(server_addr, ring, round + 1, Duration::from_secs(20))
             .expect("a raw link connects");
         for call_id in 1..=100u64 {
-            let frame = Header {
-                flags: flags::OPEN | flags::END,
-                call_id,
-                code: 0xdead_beef,
-                message_len: 2,
-                ..Header::new(Kind::Message)
-            }
-            .to_frame(b"hi");
-            let mut slot = link.alloc_send().expect("a free send slot");
-            slot[..frame.len()].copy_from_slice(&frame);
-            link.post_send(slot, frame.len()).unwrap();
+            post_unknown_call(&link, call_id);
         }
         // Answers to the frames within its credits may come first; then the link closes.
         let cq = ep.cq();
@@ -722,6 +702,22 @@ fn verbs_hostile_raw_peer_is_disconnected_without_harm() {
     let calls = good.join().expect("the good client never failed");
     assert!(calls > 0);
     server.shutdown();
+}
+
+/// Posts on raw link `link` a call `call_id` of an unknown method (a request the server answers
+/// UNIMPLEMENTED), without looking at credits.
+fn post_unknown_call(link: &Arc<dyn Link>, call_id: u64) {
+    let frame = Header {
+        flags: flags::OPEN | flags::END,
+        call_id,
+        code: 0xdead_beef,
+        message_len: 2,
+        ..Header::new(Kind::Message)
+    }
+    .to_frame(b"hi");
+    let mut slot = link.alloc_send().expect("a free send slot");
+    slot[..frame.len()].copy_from_slice(&frame);
+    link.post_send(slot, frame.len()).unwrap();
 }
 
 /// Waits on `cq` for the next END on raw link `link` (its status code) or for the link's
