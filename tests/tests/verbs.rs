@@ -167,57 +167,6 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
     assert!(calls > 0, "the regular client was served meanwhile");
 }
 
-/// A raw peer that sends a burst of frames far beyond its credits into the server's shared
-/// receive queue (its base grant is 4; it sends 100 at once, more than the queue holds beyond
-/// its headroom while another client is busy): the server closes it
-/// (`credit-overrun`), and the slots it took from the queue never make another connection's
-/// SEND meet an empty queue (which `rnr_retry` 0 would turn into an error there): a client
-/// calling beside it, and one connected after, see no error.
-#[test]
-fn verbs_a_peer_overrunning_its_credits_costs_the_shared_queue_nothing() {
-    let Some(ip) = verbs_addr() else { return };
-    let server = rpc_core::Server::builder()
-        .shared_receive(Some(SharedReceive {
-            slots: 64,
-            base_grant: 4,
-            max_grant: 16,
-        }))
-        .add_service(TortureServer::new(TortureService::default()))
-        .serve(&format!("{ip}:0"), V)
-        .expect("server starts");
-    let server_addr: SocketAddr = server.local_addr().parse().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let good = keep_calling(&server, &stop);
-    let ep = VerbsEndpoint::new().unwrap();
-    let ring = RingConfig {
-        slot_count: 100,
-        slot_size: 4096,
-        ..RingConfig::DEFAULT
-    };
-    for round in 0..3u64 {
-        let link = ep
-            .connect(server_addr, ring, round + 1, Duration::from_secs(20))
-            .expect("a raw link connects");
-        for call_id in 1..=100u64 {
-            post_unknown_call(&link, call_id);
-        }
-        // Answers to the frames within its credits may come first; then the link closes.
-        let cq = ep.cq();
-        while next_end(&*cq, &link).is_ok() {}
-    }
-    let late = connect(&server, V);
-    let req = payload(9, 5000);
-    assert_eq!(
-        late.echo(req.clone())
-            .expect("a later client's call")
-            .into_inner(),
-        req
-    );
-    stop.store(true, Ordering::Relaxed);
-    let calls = good.join().expect("the client beside it never failed");
-    assert!(calls > 0);
-}
-
 #[test]
 fn verbs_message_sizes_deadline_statuses() {
     let Some(ip) = verbs_addr() else { return };
