@@ -36,6 +36,8 @@
 //!   caller driving it while it waits, and when the poller thread stands back.
 //! - [`CreditLedger`]: receive slots re-posted by any thread and the credits the connection's
 //!   owner owes, so that credits due are never left unsent.
+//! - [`SlotPool`]: numbered slots shared by many holders, where one that found none is named
+//!   by the next slot given back (a verbs server's shared send slots).
 //! - [`Flag`], [`Count`] and [`Published`]: a boolean, a count and a `u64` published with
 //!   release/acquire (closed and stopped flags, calls in flight, a stream's call id); and
 //!   [`woke_a_thread`], the process-wide count of wake-ups (a statistic).
@@ -78,6 +80,7 @@ mod oneshot;
 mod park;
 mod poll_duty;
 mod serializer;
+mod slot_pool;
 mod task;
 mod work_queue;
 
@@ -96,6 +99,7 @@ pub use oneshot::{Completed, Oneshot};
 pub use park::{park, park_timeout};
 pub use poll_duty::PollDuty;
 pub use serializer::Serializer;
+pub use slot_pool::SlotPool;
 pub use task::{Runnable, Schedule, Task};
 pub use work_queue::WorkQueue;
 

@@ -784,3 +784,28 @@ fn byte_budget_never_exceeds_its_limit() {
         assert_eq!(budget.used(), 0);
     });
 }
+
+/// A holder finds the pool empty while another gives its slot back: either the taker gets the
+/// slot or the giver is told to name the taker, whose next take gets it; never neither.
+#[test]
+fn slot_pool_never_strands_a_waiter() {
+    use rpc_sync::SlotPool;
+    loom::model(|| {
+        let pool = Arc::new(SlotPool::new(1));
+        let slot = pool.take(1).unwrap();
+        let giver = {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || pool.give(slot))
+        };
+        let took = pool.take(2);
+        let named = giver.join().unwrap();
+        match took {
+            Some(_) => assert_eq!(named, None),
+            None => {
+                assert_eq!(named, Some(2));
+                assert_eq!(pool.take(3), None, "kept for the waiter");
+                assert_eq!(pool.take(2), Some(slot));
+            }
+        }
+    });
+}
