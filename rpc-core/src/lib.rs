@@ -120,7 +120,7 @@ pub use runtime::wakeups_issued;
 pub use runtime::Stats;
 pub use runtime::{default_memory_budget, DEFAULT_STALL_TIMEOUT};
 pub use status::Status;
-pub use transport::{RingConfig, SharedReceive};
+pub use transport::{RingConfig, SharedRings};
 
 /// Includes the code `rpc-codegen` generated for a protobuf package (from `OUT_DIR`).
 ///

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rpc_core::protocol::v2::flags;
 use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
-use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SharedReceive};
+use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SharedRings};
 use rpc_core::{Client, Code, Request, TransportKind};
 use rpc_tests::race::{flood, read_to_end, Census, RaceService};
 use rpc_tests::scenarios::{self, connect, payload, serve, TortureService, RING};
@@ -91,9 +91,12 @@ fn verbs_eight_threads_32_outstanding_10000_calls_each_without_rnr() {
 
 /// Eight times the connections rings of their own allowed (255 on rdma_rxe: one completion
 /// queue of 32,767 entries, 128 per connection): the server's receive slots come from one
-/// shared receive queue, so a connection costs the server only its send ring. Raw links of
-/// one client endpoint each make a call (an unknown method: a request in, an answer out) and
-/// stay open, while a regular client keeps calling; then each link calls again.
+/// shared receive queue and its send slots from one shared pool, so an idle connection
+/// registers nothing on the server. Raw links of one client endpoint each make a call (an
+/// unknown method: a request in, an answer out) and stay open, while a regular client keeps
+/// calling; then each link calls again. The client's completion queues hold 2,048 entries
+/// each, so its links' completions come from at least 8 of them. The server's registered bytes are read with 0, 2
+/// (the regular client's and the first raw link), 1,024 and 2,048 raw links.
 #[test]
 fn verbs_a_shared_receive_queue_serves_2048_connections() {
     let Some(ip) = verbs_addr() else { return };
@@ -105,8 +108,9 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
     };
     let server = rpc_core::Server::builder()
         .ring(small)
-        .shared_receive(Some(SharedReceive {
-            slots: 10_240,
+        .shared_rings(Some(SharedRings {
+            recv_slots: 10_240,
+            send_slots: 256,
             base_grant: 4,
             max_grant: 32,
         }))
@@ -119,9 +123,11 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
         .serve(&format!("{ip}:0"), V)
         .expect("server starts");
     let server_addr: SocketAddr = server.local_addr().parse().unwrap();
+    let server_none = server.registered_bytes();
     let stop = Arc::new(AtomicBool::new(false));
     let regular = keep_calling(&server, &stop);
-    let ep = VerbsEndpoint::new().unwrap();
+    // 2,048 entries per completion queue: the raw links' 16,384 need at least 8 of them.
+    let ep = VerbsEndpoint::with_cq_shard_entries(2048).unwrap();
     let cq = ep.cq();
     // One call on `link`: an unknown method, answered UNIMPLEMENTED.
     let call = |link: &Arc<dyn Link>, call_id: u64| {
@@ -137,27 +143,37 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
     call(&first, 1);
     let (server_one, client_one) = (server.registered_bytes(), ep.registered_bytes());
     let mut links = vec![first];
+    let mut server_half = 0;
     for id in 2..=CONNS {
         let link = open(id);
         call(&link, 1);
         links.push(link);
+        if id == CONNS / 2 {
+            server_half = server.registered_bytes();
+        }
     }
-    let ring = u64::from(small.slot_count * small.slot_size);
-    let server_per_conn = (server.registered_bytes() - server_one) / (CONNS - 1);
-    let client_per_conn = (ep.registered_bytes() - client_one) / (CONNS - 1);
+    let server_all = server.registered_bytes();
     eprintln!(
-        "{CONNS} connections: the server registered {} bytes in all, {server_per_conn} per \
-         connection beyond the first",
-        server.registered_bytes()
+        "the server's registered bytes: {server_none} with no connection, {server_one} with \
+         two, {server_half} with {} raw links, {server_all} with {CONNS}",
+        CONNS / 2
     );
+    assert_eq!(server_none, 0, "nothing is registered before a connection");
     assert_eq!(
-        server_per_conn, ring,
-        "the server registers a send ring per connection"
+        (server_half, server_all),
+        (server_one, server_one),
+        "an idle connection registers nothing on the server"
     );
+    let ring = u64::from(small.slot_count * small.slot_size);
     assert_eq!(
-        client_per_conn,
+        (ep.registered_bytes() - client_one) / (CONNS - 1),
         2 * ring,
         "a raw link registers its two rings"
+    );
+    assert!(
+        ep.cq_shards() >= 8,
+        "the client's links are spread over {} completion queues",
+        ep.cq_shards()
     );
     for link in &links {
         call(link, 3);
@@ -165,6 +181,111 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
     stop.store(true, Ordering::Relaxed);
     let calls = regular.join().expect("the regular client never failed");
     assert!(calls > 0, "the regular client was served meanwhile");
+}
+
+/// 2,000 raw links to a server at its defaults (shared rings), each connecting, making a
+/// call and closing: what a connection takes comes back when it closes. After 200 cycles of
+/// warm-up, the server's registered bytes, its memory budget in use and the client endpoint's
+/// registered bytes do not grow. (The process's resident memory is printed.)
+#[test]
+fn verbs_2000_connect_call_close_cycles_leave_nothing_behind() {
+    let Some(ip) = verbs_addr() else { return };
+    const CYCLES: u64 = 2000;
+    const WARM_UP: u64 = 200;
+    let small = RingConfig {
+        slot_count: 4,
+        ..RingConfig::DEFAULT
+    };
+    let server = rpc_core::Server::builder()
+        .workers(2)
+        .add_service(TortureServer::new(TortureService::default()))
+        .serve(&format!("{ip}:0"), V)
+        .expect("server starts");
+    let server_addr: SocketAddr = server.local_addr().parse().unwrap();
+    let ep = VerbsEndpoint::new().unwrap();
+    let cq = ep.cq();
+    let settled = |what: &str| {
+        let until = Instant::now() + Duration::from_secs(30);
+        while server.connections() > 0 {
+            assert!(
+                Instant::now() < until,
+                "{what}: the server still holds a connection"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (
+            server.registered_bytes(),
+            server.memory().used(),
+            ep.registered_bytes(),
+            resident_bytes(),
+        )
+    };
+    let mut baseline = None;
+    for id in 1..=CYCLES {
+        let link = ep
+            .connect(server_addr, small, id, Duration::from_secs(20))
+            .expect("a raw link connects");
+        post_unknown_call(&link, 1);
+        let code = next_end(&*cq, &link).unwrap_or_else(|e| panic!("link closed: {e}"));
+        assert_eq!(code, Code::Unimplemented as u32);
+        link.close();
+        assert!(next_end(&*cq, &link).is_err(), "the link reports its close");
+        drop(link);
+        if id == WARM_UP {
+            baseline = Some(settled("after the warm-up"));
+        }
+    }
+    let (registered, used, client_registered, rss) = settled("after the last cycle");
+    let (base_registered, base_used, base_client, base_rss) = baseline.unwrap();
+    eprintln!(
+        "{CYCLES} cycles: server registered {base_registered} -> {registered} bytes, budget \
+         in use {base_used} -> {used}, client registered {base_client} -> \
+         {client_registered}, resident {base_rss} -> {rss} bytes"
+    );
+    assert_eq!(registered, base_registered, "server registered bytes");
+    assert_eq!(used, base_used, "server memory budget in use");
+    assert_eq!(client_registered, base_client, "client registered bytes");
+}
+
+/// The resident memory of this process, from /proc/self/statm.
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// Three send slots for all the server's connections: three clients calling with 32
+/// outstanding and messages of several frames keep the shared pool empty, so connections
+/// wait for a slot in turn and are told when one is free. Every call must complete, under a
+/// watchdog that fails rather than hangs.
+#[test]
+fn verbs_connections_waiting_for_a_shared_send_slot_are_all_served() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog(
+        "waiting for shared send slots",
+        Duration::from_secs(300),
+        move || {
+            let server = rpc_core::Server::builder()
+                .ring(scenarios::RING)
+                .shared_rings(Some(SharedRings {
+                    send_slots: 3,
+                    ..SharedRings::DEFAULT
+                }))
+                .workers(4)
+                .add_service(TortureServer::new(TortureService::default()))
+                .serve(&format!("{ip}:0"), V)
+                .expect("server starts");
+            let clients: Vec<_> = (0..3).map(|_| connect(&server, V)).collect();
+            std::thread::scope(|s| {
+                for client in &clients {
+                    s.spawn(|| scenarios::concurrent_calls(client, 2, 16, 1_000));
+                }
+            });
+            for client in &clients {
+                scenarios::message_sizes(client);
+            }
+        },
+    );
 }
 
 #[test]

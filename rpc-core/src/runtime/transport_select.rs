@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::pool::ThreadContext;
 use crate::transport::heap::ChannelCq;
 use crate::transport::{
-    memory, tcp, Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedReceive,
+    memory, tcp, Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedRings,
 };
 use crate::Error;
 
@@ -177,7 +177,7 @@ pub(crate) fn server_transport(
     addr: &str,
     kind: TransportKind,
     ring: RingConfig,
-    shared: Option<SharedReceive>,
+    shared: Option<SharedRings>,
     context: Option<ThreadContext>,
 ) -> Result<ServerTransport, Error> {
     if let Some(name) = addr.strip_prefix("mem:") {

@@ -269,53 +269,60 @@ impl RingConfig {
     }
 }
 
-/// A server's receive slots shared by all its connections (`docs/PROTOCOL.md` §22.4): one
-/// pool of `slots` slots (of the [`RingConfig`]'s `slot_size`), each connection granted
-/// `base_grant` of them and raised up to `max_grant` while its client runs short. Over verbs
-/// the pool is a shared receive queue, registered once: memory follows the pool, not the
-/// number of connections, and the [`RingConfig`]'s `slot_count` sizes each connection's send
-/// ring only. A connection whose base grant does not fit is refused.
+/// A server's receive and send slots shared by all its connections (`docs/PROTOCOL.md`
+/// §22.4): one pool of `recv_slots` receive slots (of the [`RingConfig`]'s `slot_size`), each
+/// connection granted `base_grant` of them and raised up to `max_grant` while its client runs
+/// short; and over verbs `send_slots` send slots that a connection takes one per frame in
+/// flight, at most the [`RingConfig`]'s `slot_count` at a time. Over verbs both are registered
+/// once (the receive pool as a shared receive queue): registered memory follows the pools, not
+/// the number of connections. A connection whose base grant does not fit is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedReceive {
-    /// Slots in the pool. Raises take at most half of them, so the other half always holds
-    /// the base grants of new connections. Over verbs the SRQ posts an eighth more (at least
-    /// 64) that no grant counts on: room for what a peer overrunning its credits sends before
-    /// its connection is closed.
-    pub slots: u32,
+pub struct SharedRings {
+    /// Receive slots in the pool. Raises take at most half of them, so the other half always
+    /// holds the base grants of new connections. Over verbs the SRQ posts an eighth more (at
+    /// least 64) that no grant counts on: room for what a peer overrunning its credits sends
+    /// before its connection is closed.
+    pub recv_slots: u32,
+    /// Send slots shared by the connections (verbs). A connection that finds none free waits
+    /// for the next one given back, in turn.
+    pub send_slots: u32,
     /// Credits a connection always has: its HELLO's `slot_count` (at least 3).
     pub base_grant: u32,
     /// Most credits one connection is granted.
     pub max_grant: u32,
 }
 
-impl Default for SharedReceive {
+impl Default for SharedRings {
     fn default() -> Self {
         Self::DEFAULT
     }
 }
 
-impl SharedReceive {
-    /// The defaults: 2,048 slots (16 MiB with 8 KiB slots), a base grant of 4, at most 64
-    /// per connection.
-    pub const DEFAULT: SharedReceive = SharedReceive {
-        slots: 2048,
+impl SharedRings {
+    /// The defaults: 2,048 receive and 2,048 send slots (16 MiB each with 8 KiB slots), a base
+    /// grant of 4, at most 64 per connection.
+    pub const DEFAULT: SharedRings = SharedRings {
+        recv_slots: 2048,
+        send_slots: 2048,
         base_grant: 4,
         max_grant: 64,
     };
 
     /// Checks the values: a base of at least 3 (the smallest grant that cannot stall), a
-    /// maximum no smaller than the base and at most 65535, and room for one base.
+    /// maximum no smaller than the base and at most 65535, room for one base, and a send
+    /// slot.
     pub fn validate(&self) -> Result<(), Error> {
         let ok = self.base_grant >= rpc_proto::credit_pool::MIN_GRANT
             && self.max_grant >= self.base_grant
             && self.max_grant <= u32::from(u16::MAX)
-            && self.slots >= self.base_grant;
+            && self.recv_slots >= self.base_grant
+            && self.send_slots >= 1;
         if ok {
             Ok(())
         } else {
             Err(Error::InvalidConfig(format!(
-                "shared receive: {self:?} (need 3 <= base_grant <= max_grant <= 65535 and \
-                 slots >= base_grant)"
+                "shared rings: {self:?} (need 3 <= base_grant <= max_grant <= 65535, \
+                 recv_slots >= base_grant and send_slots >= 1)"
             )))
         }
     }

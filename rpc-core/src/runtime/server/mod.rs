@@ -24,7 +24,7 @@ use super::{Counters, Stats};
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{MemoryBudget, Role};
 use crate::protocol::Keepalive;
-use crate::transport::{Acceptor, RingConfig, SharedReceive};
+use crate::transport::{Acceptor, RingConfig, SharedRings};
 use crate::{Error, Interceptor, TransportKind};
 pub use dispatch::Execution;
 use dispatch::Route;
@@ -35,7 +35,7 @@ pub use handler::{IncomingRequest, ReplySink, Service};
 /// Configures a [`Server`]: its services, where their handlers run, its ring sizes.
 pub struct ServerBuilder {
     ring: RingConfig,
-    shared_receive: Option<SharedReceive>,
+    shared_rings: Option<SharedRings>,
     workers: usize,
     max_queued: usize,
     max_connections: Option<usize>,
@@ -57,7 +57,7 @@ impl Default for ServerBuilder {
     fn default() -> Self {
         ServerBuilder {
             ring: RingConfig::default(),
-            shared_receive: Some(SharedReceive::DEFAULT),
+            shared_rings: Some(SharedRings::DEFAULT),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_queued: 4096,
             max_connections: None,
@@ -86,10 +86,10 @@ impl ServerBuilder {
 
     /// Over verbs, the connections' receive slots come from one shared receive queue, and
     /// their credits from its pool (PROTOCOL.md §22.4): `Some(config)`, by default
-    /// [`SharedReceive::DEFAULT`]. `None` gives every connection a receive ring of its own
+    /// [`SharedRings::DEFAULT`]. `None` gives every connection a receive ring of its own
     /// (the [`RingConfig`]'s `slot_count` slots), as TCP and in-memory connections have.
-    pub fn shared_receive(mut self, shared: Option<SharedReceive>) -> Self {
-        self.shared_receive = shared;
+    pub fn shared_rings(mut self, shared: Option<SharedRings>) -> Self {
+        self.shared_rings = shared;
         self
     }
 
@@ -309,7 +309,7 @@ impl ServerBuilder {
             addr,
             transport,
             self.ring,
-            self.shared_receive,
+            self.shared_rings,
             self.thread_context.clone(),
         )?;
         let counters = Arc::new(Counters::default());

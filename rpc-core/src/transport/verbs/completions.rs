@@ -6,18 +6,20 @@
 //! the device resources (PD, completion channel, CQ) are created on first use, from the first
 //! cm id's context (`ensure_device`). An endpoint then stays on that device.
 //!
-//! **Polling.** `poll` drains work completions in batches of [`BATCH`] into a stash (the
-//! surplus beyond `max` waits there for the next call), maps each to a [`Completion`] through
-//! the link table (wr_id → link key → link; a receive of the shared receive queue, whose
-//! wr_id names no link, by its QP number → link key → link), and reports `Closed` for error
-//! completions once per link. A shared receive slot that no open link reports goes straight
-//! back to the SRQ. Links closed by a cm event or `Link::close` are queued on the table's side queue;
-//! their `Closed` is reported only after the CQ was found empty, so frames that arrived before
-//! the disconnect are delivered first.
+//! **Polling.** `poll` first reports a `SendDone` for each link the table names as told
+//! that a shared send slot is free. It then drains work completions in batches of [`BATCH`]
+//! into a stash (the surplus beyond `max` waits there for the next call), from the CQ shards
+//! in turn (each batch from the next shard that has any), maps each to a [`Completion`]
+//! through the link table (wr_id → link key → link; a receive of the shared receive queue,
+//! whose wr_id names no link, by its QP number → link key → link), and reports `Closed` for
+//! error completions once per link. A shared receive slot that no open link reports goes
+//! straight back to the SRQ. Links closed by a cm event or `Link::close` are queued on the
+//! table's side queue; their `Closed` is reported only after every shard was found empty, so
+//! frames that arrived before the disconnect are delivered first.
 //!
-//! **Waiting.** `wait` arms the CQ (`ibv_req_notify_cq`), polls once more into the stash to
-//! close the race, and only then sleeps in `poll(2)` on the channel's descriptor (made
-//! non-blocking) and the table's eventfd, which `wake` writes.
+//! **Waiting.** `wait` arms every shard (`ibv_req_notify_cq`), polls once more into the stash
+//! to close the race, and only then sleeps in `poll(2)` on the shards' channel descriptor
+//! (made non-blocking) and the table's eventfd, which `wake` writes.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -26,13 +28,14 @@ use std::time::Duration;
 use rdma_sys::{ibv_context, ibv_wc, ibv_wc_status};
 use rpc_sync::Mutex;
 
-use super::cq::{wc_buffer, wc_status_str, CompChannel, RawCq};
+use super::cq::{wc_buffer, wc_status_str, CqShards, RawCq};
 use super::device::{context_name, Device, DeviceList, Pd};
 use super::link::{LinkInner, Links};
 use super::shared_recv::SharedRecv;
+use super::shared_send::SharedSend;
 use super::sys::{no_device, poll_readable};
 use super::wr_id::{decode_wr_id, SHARED_KEY};
-use crate::transport::{Completion, CompletionQueue, RecvBuf, RecvInner, SharedReceive};
+use crate::transport::{self, Completion, CompletionQueue, RecvBuf, RecvInner};
 use crate::Error;
 
 /// Work completions fetched per `ibv_poll_cq`.
@@ -40,9 +43,18 @@ pub(super) const BATCH: usize = 32;
 
 /// The device resources of an endpoint.
 pub(super) struct DeviceRes {
-    pub(super) cq: Arc<RawCq>,
+    pub(super) cqs: CqShards,
     pub(super) pd: Arc<Pd>,
     pub(super) device: Arc<Device>,
+}
+
+/// A server endpoint's shared rings: its receive queue and its send slots.
+#[derive(Clone)]
+pub(super) struct SharedPools {
+    pub(super) recv: Arc<SharedRecv>,
+    pub(super) send: Arc<SharedSend>,
+    /// The CQ of their links: the pools reserved its entries, a link reserves none.
+    pub(super) cq: Arc<RawCq>,
 }
 
 /// One work completion, copied out of `ibv_wc`.
@@ -56,6 +68,9 @@ struct Wc {
 }
 
 struct PollState {
+    /// A copy of the CQ shards, polled round-robin from `next`.
+    shards: Vec<Arc<RawCq>>,
+    next: usize,
     wcs: Vec<ibv_wc>,
     stash: VecDeque<Wc>,
     /// Links whose Closed waits for the CQ to be drained.
@@ -65,21 +80,28 @@ struct PollState {
 /// State shared by the endpoint and its [`VerbsCq`].
 pub(super) struct CqShared {
     dev: OnceLock<Arc<DeviceRes>>,
-    /// The endpoint's shared receive queue, once an acceptor created it.
-    shared: OnceLock<Arc<SharedRecv>>,
+    /// The endpoint's shared receive queue and send slots, once an acceptor created them.
+    shared: OnceLock<SharedPools>,
     init: Mutex<()>,
+    /// Most entries of one CQ shard (0: the device's maximum).
+    shard_entries: u32,
     links: Arc<Links>,
     poll: Mutex<PollState>,
 }
 
 impl CqShared {
-    pub(super) fn new(links: Arc<Links>) -> Arc<CqShared> {
+    /// The completions of `links`, in CQ shards of at most `shard_entries` entries (0: the
+    /// device's maximum).
+    pub(super) fn new(links: Arc<Links>, shard_entries: u32) -> Arc<CqShared> {
         Arc::new(CqShared {
             dev: OnceLock::new(),
             shared: OnceLock::new(),
             init: Mutex::new(()),
+            shard_entries,
             links,
             poll: Mutex::new(PollState {
+                shards: Vec::new(),
+                next: 0,
                 wcs: wc_buffer(BATCH),
                 stash: VecDeque::with_capacity(BATCH),
                 pending_close: Vec::new(),
@@ -92,14 +114,14 @@ impl CqShared {
         self.dev.get()
     }
 
-    /// The endpoint's shared receive queue on `res`, created on first use with `config` and
-    /// slots of `slot_size` bytes (later calls get that one, whatever they pass).
+    /// The endpoint's shared receive queue and send slots on `res`, created on first use with
+    /// `config` and slots of `slot_size` bytes (later calls get those, whatever they pass).
     pub(super) fn ensure_shared(
         &self,
         res: &DeviceRes,
-        config: SharedReceive,
+        config: transport::SharedRings,
         slot_size: u32,
-    ) -> Result<Arc<SharedRecv>, Error> {
+    ) -> Result<SharedPools, Error> {
         if let Some(shared) = self.shared.get() {
             return Ok(shared.clone());
         }
@@ -108,8 +130,14 @@ impl CqShared {
             return Ok(shared.clone());
         }
         config.validate()?;
-        let numbers = (config.slots, config.base_grant, config.max_grant);
-        let shared = SharedRecv::new(&res.pd, &res.cq, numbers, slot_size)?;
+        let numbers = (config.recv_slots, config.base_grant, config.max_grant);
+        let entries = SharedRecv::posted(config.recv_slots).saturating_add(config.send_slots);
+        let (cq, reservation) = res.cqs.dedicated(entries)?;
+        let shared = SharedPools {
+            recv: SharedRecv::new(&res.pd, numbers, slot_size)?,
+            send: SharedSend::new(&res.pd, config.send_slots, slot_size, reservation)?,
+            cq,
+        };
         let _ = self.shared.set(shared.clone());
         Ok(shared)
     }
@@ -117,7 +145,7 @@ impl CqShared {
     /// A shared receive slot no link will report (its link is gone): back to the SRQ.
     fn repost_shared(&self, slot: u32) {
         if let Some(shared) = self.shared.get() {
-            shared.repost(slot);
+            shared.recv.repost(slot);
         }
     }
 
@@ -162,21 +190,31 @@ impl CqShared {
             Arc::new(Device::new(list.clone(), ctx)?)
         };
         let pd = Pd::new(device.clone())?;
-        let channel = CompChannel::new(device.clone())?;
-        let cq = RawCq::new(device.clone(), channel)?;
-        let res = Arc::new(DeviceRes { cq, pd, device });
+        let cqs = CqShards::new(device.clone(), self.shard_entries)?;
+        let res = Arc::new(DeviceRes { cqs, pd, device });
         let _ = self.dev.set(res.clone());
         // A poller sleeping without the channel's descriptor must re-arm with it.
         self.links.wake();
         Ok(res)
     }
 
-    /// Fetches up to [`BATCH`] work completions into the stash; returns how many.
+    /// Fetches up to [`BATCH`] work completions into the stash from the first shard, from
+    /// `next` on, that has some; returns how many.
     fn fetch(&self, state: &mut PollState) -> usize {
         let Some(res) = self.dev.get() else {
             return 0;
         };
-        let n = res.cq.poll(&mut state.wcs);
+        res.cqs.refresh(&mut state.shards);
+        let shards = state.shards.len();
+        let mut n = 0;
+        for _ in 0..shards {
+            let cq = &state.shards[state.next % shards];
+            state.next = (state.next + 1) % shards;
+            n = cq.poll(&mut state.wcs);
+            if n > 0 {
+                break;
+            }
+        }
         super::stats::polled(n);
         for wc in &state.wcs[..n] {
             state.stash.push_back(Wc {
@@ -303,8 +341,17 @@ impl CompletionQueue for VerbsCq {
         while let Some(key) = shared.links.pop_closed() {
             state.pending_close.push(key);
         }
-        let mut cache = None;
         let mut appended = 0;
+        while appended < max {
+            let Some(key) = shared.links.pop_send_ready() else {
+                break;
+            };
+            if let Some(link) = shared.links.lookup(key).filter(|l| !l.closed_reported()) {
+                out.push(Completion::SendDone { link: link.id() });
+                appended += 1;
+            }
+        }
+        let mut cache = None;
         let mut drained = false;
         while appended < max {
             let wc = match state.stash.pop_front() {
@@ -343,13 +390,16 @@ impl CompletionQueue for VerbsCq {
     fn wait(&self, timeout: Option<Duration>) {
         rpc_sync::assert_unlocked("waiting for completions");
         let shared = &self.shared;
-        if shared.links.has_closed() {
+        if shared.links.has_side_work() {
             return;
         }
         let res = shared.dev.get();
         if let Some(res) = res {
-            res.cq.arm();
             let mut state = shared.poll.lock();
+            res.cqs.refresh(&mut state.shards);
+            for cq in &state.shards {
+                cq.arm();
+            }
             if !state.stash.is_empty() || !state.pending_close.is_empty() {
                 return;
             }
@@ -360,7 +410,7 @@ impl CompletionQueue for VerbsCq {
         }
         let both = [
             shared.links.wake_fd(),
-            res.map_or(-1, |res| res.cq.channel_fd()),
+            res.map_or(-1, |res| res.cqs.channel_fd()),
         ];
         let fds = if res.is_some() { &both[..] } else { &both[..1] };
         let ready = match poll_readable(fds, timeout) {
@@ -374,7 +424,8 @@ impl CompletionQueue for VerbsCq {
             shared.links.drain_wake();
         }
         if let (Some(res), true) = (res, ready[1]) {
-            res.cq.take_events();
+            let state = shared.poll.lock();
+            res.cqs.take_events(&state.shards);
         }
     }
 

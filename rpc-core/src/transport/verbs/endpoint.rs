@@ -14,7 +14,7 @@
 //! [`HANDSHAKE_TIMEOUT`] are dropped).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -23,17 +23,16 @@ use rdma_sys::rdma_cm_event_type;
 use rpc_sync::{Flag, Mutex};
 
 use super::cm::{CmEvent, CmId, ConnParam, EventChannel};
-use super::completions::{CqShared, DeviceRes, VerbsCq};
-use super::device::{context_name, DeviceList};
+use super::completions::{CqShared, DeviceRes, SharedPools, VerbsCq};
+use super::device::DeviceList;
 use super::events::CmDispatcher;
 use super::handle::VerbsLink;
-use super::link::{LinkInner, LinkParts, Links, RecvRing};
+use super::link::{LinkInner, LinkParts, Links, RecvRing, SendRing};
 use super::mr::Region;
 use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
-use super::shared_recv::SharedRecv;
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
 use crate::protocol::v2::{Hello, HELLO_LEN};
-use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedReceive};
+use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedRings};
 use crate::Error;
 use rpc_proto::Grant;
 
@@ -51,98 +50,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Listen backlog.
 const BACKLOG: i32 = 128;
 
-/// Which RDMA device serves `addr`: `Some(device name)` if the address is local to an RDMA
-/// device, or if the route to it leaves through one (the source address the kernel's routing
-/// picks for it belongs to an RDMA device); `None` if there is no RDMA device, or none for that
-/// address. The wildcard address gives the first device.
-///
-/// No packet is sent: the route is looked up by `connect(2)` on a UDP socket. (Address
-/// resolution, which needs ARP, could fail on one lost packet and make a reachable RDMA peer
-/// look like one without RDMA; [`VerbsEndpoint::connect`] does it, with retries.)
-pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
-    let unavailable = |e: &Error| matches!(e, Error::TransportUnavailable { .. });
-    if addr.ip().is_unspecified() {
-        return match DeviceList::open() {
-            Ok(list) => Ok(list.contexts().first().map(|&ctx| {
-                // SAFETY: contexts in a live DeviceList are open.
-                unsafe { context_name(ctx) }
-            })),
-            Err(e) if unavailable(&e) => Ok(None),
-            Err(e) => Err(e),
-        };
-    }
-    let channel = match EventChannel::new() {
-        Ok(channel) => channel,
-        Err(e) if unavailable(&e) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    match local_device(&channel, addr.ip())? {
-        Bound::Device(name) => return Ok(Some(name)),
-        Bound::NoDevice => return Ok(None),
-        Bound::NotLocal => {}
-    }
-    // Not a local address: which local address would the route to it leave from?
-    let source = match route_source(addr) {
-        Ok(source) => source,
-        Err(e) => {
-            tracing::debug!(%addr, error = %e, "verbs: no route to the address");
-            return Ok(None);
-        }
-    };
-    match local_device(&channel, source) {
-        Ok(Bound::Device(name)) => Ok(Some(name)),
-        Ok(_) => Ok(None),
-        Err(e) => {
-            tracing::debug!(%addr, %source, error = %e, "verbs: the route's source address does not bind");
-            Ok(None)
-        }
-    }
-}
-
-/// What binding a cm id to a local address found.
-enum Bound {
-    /// The address is local and an RDMA device serves it (its name).
-    Device(String),
-    /// The address is local, but no RDMA device serves it.
-    NoDevice,
-    /// The address is not local.
-    NotLocal,
-}
-
-fn local_device(channel: &Arc<EventChannel>, ip: IpAddr) -> Result<Bound, Error> {
-    let id = CmId::new(channel)?;
-    match id.bind(SocketAddr::new(ip, 0)) {
-        Ok(()) => {
-            let ctx = id.verbs();
-            if ctx.is_null() {
-                return Ok(Bound::NoDevice);
-            }
-            // SAFETY: the bound id keeps its device context open.
-            Ok(Bound::Device(unsafe { context_name(ctx) }))
-        }
-        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Ok(Bound::NotLocal),
-        Err(e) if sys::is_no_device(&e) => Ok(Bound::NoDevice),
-        Err(e) => Err(sys::os_error("rdma_bind_addr", e)),
-    }
-}
-
-/// The source address the kernel would use to send to `addr` (a route lookup; no packet).
-fn route_source(addr: &SocketAddr) -> std::io::Result<IpAddr> {
-    let any: SocketAddr = if addr.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let socket = UdpSocket::bind(any)?;
-    // The port plays no part in the route; connect(2) refuses port 0 on some systems.
-    let mut dst = *addr;
-    if dst.port() == 0 {
-        dst.set_port(9);
-    }
-    socket.connect(dst)?;
-    Ok(socket.local_addr()?.ip())
-}
-
 /// What the endpoint, its acceptors and its links share.
 #[derive(Clone)]
 struct Core {
@@ -158,8 +65,9 @@ impl Core {
         self.cq.ensure_device(&self.list, id.verbs())
     }
 
-    /// Builds a link on `id`: QP, rings, every receive posted; or, given a shared receive
-    /// queue and the link's grant of it, a QP taking its receives from there and a send ring.
+    /// Builds a link on `id`: QP, rings, every receive posted; or, given the endpoint's shared
+    /// rings and the link's grant of them, a QP taking its receives from the shared receive
+    /// queue and its send slots from the shared ones.
     fn build_link(
         &self,
         res: &Arc<DeviceRes>,
@@ -167,7 +75,7 @@ impl Core {
         ring: RingConfig,
         link_id: LinkId,
         peer_name: String,
-        shared: Option<(Arc<SharedRecv>, Grant)>,
+        shared: Option<(SharedPools, Grant)>,
     ) -> Result<Arc<LinkInner>, Error> {
         let caps = res.device.caps();
         if ring.slot_count > caps.max_qp_wr {
@@ -178,31 +86,37 @@ impl Core {
                 res.device.name()
             )));
         }
-        let (recv, grant, local_hello) = match shared {
+        let shared_cq = shared.as_ref().map(|(shared, _)| shared.cq.clone());
+        let (recv, send, grant, local_hello) = match shared {
             Some((shared, grant)) => {
                 let hello = Hello {
-                    slot_count: shared.base(),
+                    slot_count: shared.recv.base(),
                     ..ring.hello()
                 };
-                (RecvRing::Shared(shared), Some(grant), hello)
+                let send = SendRing::shared(shared.send, ring.slot_count);
+                (RecvRing::Shared(shared.recv), send, Some(grant), hello)
             }
             None => {
-                let region = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
-                (RecvRing::Own(region), None, ring.hello())
+                let recv = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
+                let send = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
+                let send = SendRing::own(send);
+                (RecvRing::Own(recv), send, None, ring.hello())
             }
         };
-        // Completion entries: the sends, and the receives unless the SRQ reserved them.
-        let entries = match &recv {
-            RecvRing::Own(_) => ring.slot_count.saturating_mul(2),
-            RecvRing::Shared(_) => ring.slot_count,
+        // Completion entries: two per slot on a shard with room, or none on the shared rings'
+        // CQ (they reserved theirs).
+        let (cq, reservation) = match &shared_cq {
+            Some(cq) => (cq.clone(), None),
+            None => {
+                let (cq, reservation) = res.cqs.reserve(ring.slot_count.saturating_mul(2))?;
+                (cq, Some(reservation))
+            }
         };
-        let reservation = res.cq.reserve(entries)?;
-        let send = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
         let srq = match &recv {
             RecvRing::Shared(shared) => Some(shared.srq()),
             RecvRing::Own(_) => None,
         };
-        let qp = Qp::new(id, &res.pd, &res.cq, ring.slot_count, srq)?;
+        let qp = Qp::new(id, &res.pd, &cq, ring.slot_count, srq)?;
         LinkInner::new(LinkParts {
             qp,
             recv,
@@ -295,9 +209,17 @@ impl VerbsEndpoint {
     /// A new endpoint. Fails with [`Error::TransportUnavailable`] ("no RDMA device found; ...")
     /// when libibverbs finds no device.
     pub fn new() -> Result<Arc<VerbsEndpoint>, Error> {
+        Self::with_cq_shard_entries(0)
+    }
+
+    /// A new endpoint whose completion queues hold at most `entries` entries each (0: as many
+    /// as the device allows, 32,767 on rdma_rxe). A link with rings of its own takes two
+    /// entries per slot on the first queue with room for them, and a new queue is created
+    /// when none has: small queues make tests use many.
+    pub fn with_cq_shard_entries(entries: u32) -> Result<Arc<VerbsEndpoint>, Error> {
         let list = DeviceList::open()?;
         let links = Arc::new(Links::new()?);
-        let cq = CqShared::new(links.clone());
+        let cq = CqShared::new(links.clone(), entries);
         let closing = links.clone();
         let dispatcher = CmDispatcher::start(Box::new(move |key, event, reason| {
             LinkInner::close_by_event(&closing, key, event, reason)
@@ -325,6 +247,11 @@ impl VerbsEndpoint {
     /// server, its shared receive queue.
     pub fn registered_bytes(&self) -> u64 {
         self.cq.registered_bytes()
+    }
+
+    /// How many completion queues the endpoint's links use now.
+    pub fn cq_shards(&self) -> usize {
+        self.core.cq.device().map_or(0, |res| res.cqs.len())
     }
 
     /// The RDMA device this endpoint uses, once a connection or listener chose it.
@@ -533,16 +460,15 @@ impl VerbsEndpoint {
         self.listen_shared(addr, ring, None)
     }
 
-    /// [`VerbsEndpoint::listen_verbs`] whose links, given `shared`, take their receives from
-    /// the endpoint's shared receive queue (created with the first link, `shared.slots` slots
-    /// of `ring.slot_size` bytes) and are granted credits from its pool: their HELLO announces
-    /// `shared.base_grant` slots, `ring.slot_count` sizes their send rings, and a link whose
-    /// base grant does not fit in the pool is rejected.
+    /// [`VerbsEndpoint::listen_verbs`] whose links, given `shared`, use the endpoint's shared
+    /// rings (created with the first link, of `ring.slot_size` slots; see [`SharedRings`]):
+    /// their HELLO announces `shared.base_grant` slots, each holds up to `ring.slot_count`
+    /// send slots, and a link whose base grant does not fit in the pool is rejected.
     pub fn listen_shared(
         &self,
         addr: SocketAddr,
         ring: RingConfig,
-        shared: Option<SharedReceive>,
+        shared: Option<SharedRings>,
     ) -> Result<VerbsAcceptor, Error> {
         ring.validate()?;
         if let Some(config) = shared {
@@ -631,7 +557,7 @@ pub struct VerbsAcceptor {
     channel: Arc<EventChannel>,
     ring: RingConfig,
     /// The links' receives come from the endpoint's shared receive queue.
-    shared: Option<SharedReceive>,
+    shared: Option<SharedRings>,
     local: SocketAddr,
     stop: Arc<AcceptorStop>,
 }
@@ -662,11 +588,11 @@ impl VerbsAcceptor {
             let shared = match self.shared {
                 Some(config) => {
                     let shared = (self.core.cq).ensure_shared(&res, config, self.ring.slot_size)?;
-                    let grant = shared.admit().ok_or_else(|| Error::Verbs {
+                    let grant = shared.recv.admit().ok_or_else(|| Error::Verbs {
                         call: "accept",
                         reason: format!(
                             "the shared receive queue's {} slots are all granted",
-                            config.slots
+                            config.recv_slots
                         ),
                     })?;
                     Some((shared, grant))

@@ -15,7 +15,10 @@
 //! holds its [`Grant`] of the pool until its connection's core takes it.
 //!
 //! **Send ring.** `slot_count` slots in one registered region; free slots sit in a lock-free
-//! queue. A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
+//! queue. (A link of a shared receive queue has no send ring: it takes up to `slot_count`
+//! slots at a time from the endpoint's [`SharedSend`], signals the last SEND of every post so
+//! that no slot stays unreturned on an idle link, and is told through the link table when a
+//! slot it waited for is free.) A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
 //! completion that covers it. Signalling is selective: every `signal_every`-th SEND (three
 //! quarters of the ring) is signalled, and so is every SEND posted while fewer than
 //! `low_water` slots (a quarter) are free, so an exhausted pool always has a signalled SEND
@@ -41,7 +44,7 @@ use std::sync::{Arc, OnceLock};
 use crossbeam::queue::ArrayQueue;
 use rdma_sys::ibv_send_flags;
 use rpc_proto::Grant;
-use rpc_sync::{Flag, Mutex};
+use rpc_sync::{Count, Flag, Mutex};
 
 use crate::transport::reposts::Reposts;
 
@@ -51,6 +54,7 @@ use super::events::CmDispatcher;
 use super::mr::Region;
 use super::qp::{Qp, SendWr};
 use super::shared_recv::SharedRecv;
+use super::shared_send::SharedSend;
 use super::table::LinkTable;
 use super::wr_id::wr_id;
 use crate::protocol::v2::Hello;
@@ -77,6 +81,60 @@ pub(super) enum RecvRing {
     Shared(Arc<SharedRecv>),
 }
 
+/// Where a link's send slots come from.
+// One per link, built once and never moved: boxing the (cache-padded) queue would only add a
+// pointer to follow on every send.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum SendRing {
+    /// A ring of its own, its free slots in a queue.
+    Own {
+        region: Region,
+        free: ArrayQueue<u32>,
+    },
+    /// The endpoint's shared send slots, at most `quota` at a time (`held`).
+    Shared {
+        pool: Arc<SharedSend>,
+        quota: u32,
+        held: Count,
+    },
+}
+
+impl SendRing {
+    /// A ring of its own of `region`'s slots, all free.
+    pub(super) fn own(region: Region) -> SendRing {
+        let free = ArrayQueue::new(region.count() as usize);
+        for slot in 0..region.count() {
+            // Cannot fail: the queue has room for every slot.
+            let _ = free.push(slot);
+        }
+        SendRing::Own { region, free }
+    }
+
+    /// Up to `quota` slots at a time of `pool`.
+    pub(super) fn shared(pool: Arc<SharedSend>, quota: u32) -> SendRing {
+        SendRing::Shared {
+            pool,
+            quota,
+            held: Count::new(0),
+        }
+    }
+
+    fn region(&self) -> &Region {
+        match self {
+            SendRing::Own { region, .. } => region,
+            SendRing::Shared { pool, .. } => pool.region(),
+        }
+    }
+
+    /// Most slots the link holds at once.
+    fn count(&self) -> u32 {
+        match self {
+            SendRing::Own { region, .. } => region.count(),
+            SendRing::Shared { quota, .. } => *quota,
+        }
+    }
+}
+
 impl RecvRing {
     fn slot_size(&self) -> usize {
         match self {
@@ -91,13 +149,12 @@ impl RecvRing {
 pub(super) struct LinkInner {
     qp: Qp,
     recv: RecvRing,
-    send: Region,
-    _reservation: CqeReservation,
+    send: SendRing,
+    _reservation: Option<CqeReservation>,
     key: u32,
     /// The link's `transport::LinkId`, spelled out as its type: naming the alias would import
     /// transport/mod.rs, whose buffer enums name [`VerbsRecv`] and [`VerbsSend`] of this file.
     id: u64,
-    free: ArrayQueue<u32>,
     send_state: Mutex<SendState>,
     reposted: Reposts,
     closing: Flag,
@@ -107,7 +164,7 @@ pub(super) struct LinkInner {
     peer_hello: OnceLock<Hello>,
     peer_name: String,
     signal_every: u32,
-    /// Free send slots below which every SEND is signalled.
+    /// Free send slots below which every SEND is signalled (own ring).
     low_water: u32,
     links: Arc<Links>,
     /// The cm event thread, which closes this link on a disconnect: kept running while the
@@ -122,8 +179,8 @@ pub(super) struct LinkParts {
     pub(super) qp: Qp,
     pub(super) recv: RecvRing,
     pub(super) grant: Option<Grant>,
-    pub(super) send: Region,
-    pub(super) reservation: CqeReservation,
+    pub(super) send: SendRing,
+    pub(super) reservation: Option<CqeReservation>,
     pub(super) id: u64,
     pub(super) local_hello: Hello,
     pub(super) peer_name: String,
@@ -135,11 +192,6 @@ impl LinkInner {
     /// Builds the link, registers it in the CQ's link table and posts every receive slot.
     pub(super) fn new(parts: LinkParts) -> Result<Arc<LinkInner>, Error> {
         let count = parts.send.count();
-        let free = ArrayQueue::new(count as usize);
-        for slot in 0..count {
-            // Cannot fail: the queue has room for every slot.
-            let _ = free.push(slot);
-        }
         let signal_every = (count * 3 / 4).max(1);
         let low_water = (count / 4).max(1);
         let key = parts.links.next_key()?;
@@ -150,7 +202,6 @@ impl LinkInner {
             _reservation: parts.reservation,
             key,
             id: parts.id,
-            free,
             send_state: Mutex::new(SendState {
                 unsignaled: 0,
                 inflight: VecDeque::with_capacity(count as usize),
@@ -184,7 +235,8 @@ impl LinkInner {
             qp_num = link.qp.qp_num(),
             slots = count,
             slot_size = link.recv.slot_size(),
-            shared = matches!(link.recv, RecvRing::Shared(_)),
+            shared_recv = matches!(link.recv, RecvRing::Shared(_)),
+            shared_send = matches!(link.send, SendRing::Shared { .. }),
             signal_every,
             "verbs: link rings ready, receives posted"
         );
@@ -226,10 +278,12 @@ impl LinkInner {
         &self.reposted
     }
 
-    /// Bytes registered for this link alone: its send ring, and its receive ring unless its
-    /// receives come from a shared receive queue.
+    /// Bytes registered for this link alone: its rings, unless they are shared.
     pub(super) fn ring_bytes(&self) -> usize {
-        let send = self.send.count() as usize * self.send.slot_size();
+        let send = match &self.send {
+            SendRing::Own { region, .. } => region.count() as usize * region.slot_size(),
+            SendRing::Shared { .. } => 0,
+        };
         match &self.recv {
             RecvRing::Own(region) => send + region.count() as usize * region.slot_size(),
             RecvRing::Shared(_) => send,
@@ -239,6 +293,7 @@ impl LinkInner {
     /// The largest frame this side may send: its own slot, and the peer's receive slot.
     pub(super) fn send_limit(&self) -> usize {
         self.send
+            .region()
             .slot_size()
             .min(self.peer_hello().slot_size as usize)
     }
@@ -350,9 +405,25 @@ impl LinkInner {
             return;
         }
         while let Some(s) = state.inflight.pop_front() {
-            let _ = self.free.push(s);
+            self.free_send(s);
             if s == slot {
                 break;
+            }
+        }
+    }
+
+    /// Returns send slot `slot`: to the link's queue, or to the shared pool, telling a link
+    /// that waited for one.
+    fn free_send(&self, slot: u32) {
+        match &self.send {
+            SendRing::Own { free, .. } => {
+                let _ = free.push(slot);
+            }
+            SendRing::Shared { pool, held, .. } => {
+                held.sub(1);
+                if let Some(waiter) = pool.give(slot) {
+                    self.links.push_send_ready(waiter);
+                }
             }
         }
     }
@@ -360,8 +431,12 @@ impl LinkInner {
     /// Queues the SEND of `len` bytes of `send`'s slot behind those held (signalled and
     /// inline as `post_send` decides), to go out at the next [`LinkInner::post_held`].
     fn hold(&self, state: &mut SendState, mut send: VerbsSend, len: usize) {
-        let signal =
-            state.unsignaled + 1 >= self.signal_every || self.free.len() < self.low_water as usize;
+        let low = match &self.send {
+            SendRing::Own { free, .. } => free.len() < self.low_water as usize,
+            // The tail of every post is signalled (`post_held`).
+            SendRing::Shared { .. } => false,
+        };
+        let signal = state.unsignaled + 1 >= self.signal_every || low;
         let mut flags = 0;
         if signal {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
@@ -369,11 +444,12 @@ impl LinkInner {
         if len > 0 && len <= self.qp.max_inline() as usize {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
+        let region = self.send.region();
         state.held.push(SendWr {
             wr_id: wr_id(true, self.key, send.slot),
-            addr: self.send.slot_addr(send.slot),
+            addr: region.slot_addr(send.slot),
             len: len as u32,
-            lkey: self.send.lkey(),
+            lkey: region.lkey(),
             flags,
         });
         state.inflight.push_back(send.slot);
@@ -387,6 +463,10 @@ impl LinkInner {
         if state.held.is_empty() {
             return Ok(());
         }
+        if let (SendRing::Shared { .. }, Some(last)) = (&self.send, state.held.last_mut()) {
+            last.flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            state.unsignaled = 0;
+        }
         let result = if self.is_closing() {
             Err(Error::ConnectionClosed(self.close_reason()))
         } else {
@@ -397,7 +477,7 @@ impl LinkInner {
             // closes the link; the ones posted before it complete flushed.)
             for _ in 0..state.held.len() {
                 if let Some(slot) = state.inflight.pop_back() {
-                    let _ = self.free.push(slot);
+                    self.free_send(slot);
                 }
             }
         }
@@ -432,12 +512,27 @@ impl LinkInner {
         }
     }
 
-    /// A free send slot, or `None` when all are in flight or the link is closing.
+    /// A free send slot, or `None` when all are in flight or the link is closing. (A link of
+    /// shared send slots that found the pool empty is told by a `SendDone` when one is free.)
     pub(super) fn alloc_send(self: &Arc<Self>) -> Option<VerbsSend> {
         if self.is_closing() {
             return None;
         }
-        let slot = self.free.pop()?;
+        let slot = match &self.send {
+            SendRing::Own { free, .. } => free.pop()?,
+            SendRing::Shared { pool, quota, held } => {
+                if !held.try_add_below(*quota as usize) {
+                    return None;
+                }
+                match pool.take(self.key) {
+                    Some(slot) => slot,
+                    None => {
+                        held.sub(1);
+                        return None;
+                    }
+                }
+            }
+        };
         Some(VerbsSend {
             link: self.clone(),
             slot,
@@ -452,6 +547,11 @@ impl Drop for LinkInner {
         self.links.unregister(self.key);
         if matches!(self.recv, RecvRing::Shared(_)) {
             self.links.unregister_qp(self.qp.qp_num());
+        }
+        if let SendRing::Shared { pool, .. } = &self.send {
+            for waiter in pool.forget(self.key) {
+                self.links.push_send_ready(waiter);
+            }
         }
         // The fields drop next, in order: the QP (rdma_destroy_qp discards all posted work,
         // so the device no longer touches the rings), the cm id with it (rdma_destroy_id also
@@ -503,7 +603,7 @@ impl VerbsSend {
         // SAFETY: this VerbsSend owns the slot: it left the free pool in alloc_send and goes
         // back only when this value is posted-and-completed or dropped; the device does not
         // read it before it is posted.
-        let slot = unsafe { self.link.send.slot(self.slot) };
+        let slot = unsafe { self.link.send.region().slot(self.slot) };
         &slot[..limit]
     }
 
@@ -511,7 +611,7 @@ impl VerbsSend {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let limit = self.link.send_limit();
         // SAFETY: as for `bytes`; `&mut self` makes this the only borrow of the slot.
-        let slot = unsafe { self.link.send.slot_mut(self.slot) };
+        let slot = unsafe { self.link.send.region().slot_mut(self.slot) };
         &mut slot[..limit]
     }
 
@@ -524,7 +624,7 @@ impl VerbsSend {
 impl Drop for VerbsSend {
     fn drop(&mut self) {
         if !self.posted {
-            let _ = self.link.free.push(self.slot);
+            self.link.free_send(self.slot);
         }
     }
 }

@@ -9,7 +9,7 @@
 //! * [`verbs_device_for`]: which RDMA device (if any) serves an address; the runtime's `Auto`
 //!   transport choice.
 //! * [`VerbsEndpoint::new`]: one per client or server. [`VerbsEndpoint::cq`] is the completion
-//!   queue of all its links; [`VerbsEndpoint::connect`] makes a client link,
+//!   queue of all its links (one or more `ibv_cq` shards behind it); [`VerbsEndpoint::connect`] makes a client link,
 //!   [`VerbsEndpoint::listen`] an [`Acceptor`](crate::transport::Acceptor) that assigns link ids.
 //!
 //! # Layers
@@ -17,10 +17,11 @@
 //! * **Ownership** (`sys`, `device`, `cq`, `qp`, `srq`, `mr`, `cm`): one owner per verbs object,
 //!   which creates it, releases it in `Drop`, and wraps the calls made on it. No policy: these
 //!   modules know nothing of links, keys or completions' meaning.
-//! * **Policy**, which depends on ownership and never the reverse: `wr_id` (what a work
-//!   request's id encodes), `table` (link key → link, QP number → link key for shared
-//!   receives, the side queue of closed links, the poller's wake-up), `shared_recv` (a
-//!   server's shared receive queue and the credit pool granting its slots), `link` (rings,
+//! * **Policy**, which depends on ownership and never the reverse: `route` (which device
+//!   serves an address), `wr_id` (what a work request's id encodes), `table` (link key → link, QP number → link key for shared
+//!   receives, the side queues of closed links and of links a shared send slot is free for,
+//!   the poller's wake-up), `shared_recv` (a server's shared receive queue and the credit
+//!   pool granting its slots), `shared_send` (a server's shared send slots), `link` (rings,
 //!   credits, sends; the buffers [`VerbsRecv`] and
 //!   [`VerbsSend`]), `handle` ([`VerbsLink`]: the [`Link`](crate::transport::Link) over a
 //!   link), `events` (the rdma_cm event thread), `completions` (work completions →
@@ -45,9 +46,10 @@
 //! EventChannel (rdma_create_event_channel / rdma_destroy_event_channel)
 //!   └─ CmId (rdma_create_id / rdma_destroy_id; holds the channel it currently reports on)
 //! Qp (rdma_create_qp / rdma_destroy_qp) holds Arc<CmId>, Arc<RawCq>, Arc<Pd>, Arc<Srq> if any
-//! SharedRecv: fields in drop order: Arc<Srq>, its Region, CQ reservation, credit pool
-//! LinkInner: fields in drop order: Qp, receive Region or Arc<SharedRecv>, send Region, CQ
-//!   reservation, ...
+//! SharedRecv: fields in drop order: Arc<Srq>, its Region, credit pool
+//! SharedSend: fields in drop order: its Region, CQ reservation (of both shared pools)
+//! LinkInner: fields in drop order: Qp, receive Region or Arc<SharedRecv>, send Region or
+//!   Arc<SharedSend>, CQ reservation (none for shared rings), ...
 //! ```
 //!
 //! So: QP before its cm id, CQ, PD and SRQ; an SRQ (each of its QPs holds an `Arc`, and
@@ -107,13 +109,13 @@
 //! # Limits
 //!
 //! An endpoint uses one RDMA device (the one its first connection or listener resolved to).
-//! Registered memory counts against `RLIMIT_MEMLOCK`: each link registers a send ring of
-//! `slot_count × slot_size` bytes, and a receive ring as large unless its receives come from
-//! its server's shared receive queue (`slots × slot_size`, once per endpoint); a failed
-//! registration says so and shows the current `ulimit -l`. One completion queue (at most
-//! 32,767 entries on rdma_rxe) takes every link's completions: `2 × slot_count` entries per
-//! link with a receive ring of its own, `slot_count` per link of a shared receive queue, plus
-//! one per shared slot.
+//! Registered memory counts against `RLIMIT_MEMLOCK`: a link with rings of its own registers
+//! two rings of `slot_count × slot_size` bytes; a link of a server's shared rings registers
+//! nothing (the shared receive queue and send slots are registered once per endpoint); a
+//! failed registration says so and shows the current `ulimit -l`. Completion queues hold at
+//! most 32,767 entries each on rdma_rxe: a link with rings of its own reserves
+//! `2 × slot_count` entries on a shard with room (a new shard when none has), and the shared
+//! rings have a queue of their own, with an entry per shared slot and none per link.
 
 // Ownership: one RAII owner per verbs object and the calls made on it; no policy.
 mod cm;
@@ -131,7 +133,9 @@ mod endpoint;
 mod events;
 mod handle;
 mod link;
+mod route;
 mod shared_recv;
+mod shared_send;
 mod table;
 mod wr_id;
 
@@ -139,8 +143,9 @@ mod wr_id;
 mod tests;
 
 pub use completions::VerbsCq;
-pub use endpoint::{verbs_device_for, VerbsAcceptor, VerbsEndpoint, HANDSHAKE_TIMEOUT};
+pub use endpoint::{VerbsAcceptor, VerbsEndpoint, HANDSHAKE_TIMEOUT};
 pub use handle::VerbsLink;
 pub use link::{VerbsRecv, VerbsSend};
 pub use qp::QpAttributes;
+pub use route::verbs_device_for;
 pub use stats::{verbs_stats, VerbsStats};

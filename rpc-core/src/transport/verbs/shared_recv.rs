@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use rpc_proto::{CreditPool, Grant};
 
-use super::cq::{CqeReservation, RawCq};
 use super::device::Pd;
 use super::mr::Region;
 use super::srq::Srq;
@@ -38,31 +37,33 @@ pub(super) fn headroom(slots: u32) -> u32 {
 pub(super) struct SharedRecv {
     srq: Arc<Srq>,
     region: Region,
-    _reservation: CqeReservation,
     pool: CreditPool,
     base: u32,
 }
 
 impl SharedRecv {
+    /// How many receives a pool of `slots` slots posts: the slots and the headroom (the
+    /// completion entries its links' CQ reserves for them).
+    pub(super) fn posted(slots: u32) -> u32 {
+        slots.saturating_add(headroom(slots))
+    }
+
     /// Creates the SRQ and its region on `pd` for a pool of `slots` slots of `slot_size` bytes
-    /// (plus the headroom), granted `base` to each link and at most `max_grant`; reserves a
-    /// completion entry per slot on `cq` and posts every slot. (The numbers of a validated
-    /// `transport::SharedReceive`: that module names this one's buffers, so it is not named
+    /// (plus the headroom), granted `base` to each link and at most `max_grant`, and posts
+    /// every slot. (The CQ of its links has reserved [`SharedRecv::posted`] entries.) (The numbers of a validated
+    /// `transport::SharedRings`: that module names this one's buffers, so it is not named
     /// here.)
     pub(super) fn new(
         pd: &Arc<Pd>,
-        cq: &Arc<RawCq>,
         (slots, base, max_grant): (u32, u32, u32),
         slot_size: u32,
     ) -> Result<Arc<SharedRecv>, Error> {
-        let posted = slots + headroom(slots);
-        let reservation = cq.reserve(posted)?;
+        let posted = Self::posted(slots);
         let region = Region::new(pd, posted, slot_size)?;
         let srq = Arc::new(Srq::new(pd, posted)?);
         let shared = Arc::new(SharedRecv {
             srq,
             region,
-            _reservation: reservation,
             pool: CreditPool::with_max_grant(slots, max_grant),
             base,
         });

@@ -1,5 +1,6 @@
 //! The link table of an endpoint: link key → link, the keys of links whose `Closed` the poller
-//! has still to report, and the eventfd that wakes the poller.
+//! has still to report, the keys of links to tell that a shared send slot is free, and the
+//! eventfd that wakes the poller.
 //!
 //! Work completions name their link by key (see the `wr_id` module), so the poller maps them
 //! through this table; a key is never reused, and a link removes itself when it is released,
@@ -29,6 +30,8 @@ pub(super) struct LinkTable<L> {
     by_qp: RwLock<HashMap<u32, u32>>,
     next_key: AtomicU32,
     closed: SegQueue<u32>,
+    /// Links that waited for a shared send slot: one is free now.
+    send_ready: SegQueue<u32>,
     wake: EventFd,
 }
 
@@ -39,6 +42,7 @@ impl<L> LinkTable<L> {
             by_qp: RwLock::new(HashMap::new()),
             next_key: AtomicU32::new(1),
             closed: SegQueue::new(),
+            send_ready: SegQueue::new(),
             wake: EventFd::new()?,
         })
     }
@@ -93,9 +97,22 @@ impl<L> LinkTable<L> {
         self.closed.pop()
     }
 
-    /// Whether a Closed is queued.
-    pub(super) fn has_closed(&self) -> bool {
-        !self.closed.is_empty()
+    /// Queues a `SendDone` for link `key`, which waited for a shared send slot, and wakes
+    /// the poller. Each push is a slot given back to a named waiter, so the queue never holds
+    /// more than the pool has slots.
+    pub(super) fn push_send_ready(&self, key: u32) {
+        self.send_ready.push(key);
+        self.wake.notify();
+    }
+
+    /// The key of a link to tell that a shared send slot is free, oldest first.
+    pub(super) fn pop_send_ready(&self) -> Option<u32> {
+        self.send_ready.pop()
+    }
+
+    /// Whether a Closed or a send slot's `SendDone` is queued.
+    pub(super) fn has_side_work(&self) -> bool {
+        !self.closed.is_empty() || !self.send_ready.is_empty()
     }
 
     /// Wakes the poller (or makes its next wait return at once).
