@@ -90,13 +90,15 @@ fn verbs_eight_threads_32_outstanding_10000_calls_each_without_rnr() {
 }
 
 /// Eight times the connections rings of their own allowed (255 on rdma_rxe: one completion
-/// queue of 32,767 entries, 128 per connection): the server's receive slots come from one
-/// shared receive queue and its send slots from one shared pool, so an idle connection
-/// registers nothing on the server. Raw links of one client endpoint each make a call (an
-/// unknown method: a request in, an answer out) and stay open, while a regular client keeps
-/// calling; then each link calls again. The client's completion queues hold 2,048 entries
-/// each, so its links' completions come from at least 8 of them. The server's registered bytes are read with 0, 2
-/// (the regular client's and the first raw link), 1,024 and 2,048 raw links.
+/// queue of 32,767 entries, 128 per connection): the server's receive slots come from shared
+/// receive queues, a shard added per 341 connections, and its send slots from one shared
+/// pool, so an idle connection costs the server its base grant of receive slots. Raw links
+/// of one client endpoint each make a call (an unknown method: a request in, an answer out)
+/// and stay open, while a regular client keeps calling; then each link calls again. The
+/// server's registered bytes are read with 0, 2 (the regular client's and the first raw
+/// link), 1,024 and 2,048 raw links: the second 1,024 connections add at most 16 KiB each.
+/// The client's completion queues hold 2,048 entries each, so its links' completions come
+/// from at least 8 of them.
 #[test]
 fn verbs_a_shared_receive_queue_serves_2048_connections() {
     let Some(ip) = verbs_addr() else { return };
@@ -108,11 +110,12 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
     };
     let server = rpc_core::Server::builder()
         .ring(small)
+        // Shards of 1,024 receive slots: a shard per 341 connections at the base grant of 3.
         .shared_rings(Some(SharedRings {
-            recv_slots: 10_240,
+            recv_slots: 1024,
             send_slots: 256,
-            base_grant: 4,
             max_grant: 32,
+            ..SharedRings::DEFAULT
         }))
         // The raw links answer no PING: no keepalive to give them up.
         .keepalive(None)
@@ -159,10 +162,11 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
         CONNS / 2
     );
     assert_eq!(server_none, 0, "nothing is registered before a connection");
-    assert_eq!(
-        (server_half, server_all),
-        (server_one, server_one),
-        "an idle connection registers nothing on the server"
+    let per_conn = (server_all - server_half) / (CONNS / 2);
+    eprintln!("registered bytes per idle connection: {per_conn}");
+    assert!(
+        per_conn <= 16 << 10,
+        "{per_conn} registered bytes per idle connection"
     );
     let ring = u64::from(small.slot_count * small.slot_size);
     assert_eq!(

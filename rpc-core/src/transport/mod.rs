@@ -269,20 +269,34 @@ impl RingConfig {
     }
 }
 
-/// A server's receive and send slots shared by all its connections (`docs/PROTOCOL.md`
-/// §22.4): one pool of `recv_slots` receive slots (of the [`RingConfig`]'s `slot_size`), each
-/// connection granted `base_grant` of them and raised up to `max_grant` while its client runs
-/// short; and over verbs `send_slots` send slots that a connection takes one per frame in
-/// flight, at most the [`RingConfig`]'s `slot_count` at a time. Over verbs both are registered
-/// once (the receive pool as a shared receive queue): registered memory follows the pools, not
-/// the number of connections. A connection whose base grant does not fit is refused.
+/// A server's receive and send slots shared by all its connections over verbs
+/// (`docs/PROTOCOL.md` §22.4).
+///
+/// - **Receive slots** come in shards of `recv_slots` slots of `recv_slot_size` bytes, each a
+///   shared receive queue with a completion queue of its own. A connection is admitted to a
+///   shard with room for its `base_grant` (its HELLO's `slot_count` and `slot_size` are the
+///   base and the shard's slot size) and raised up to `max_grant` while its client runs short.
+///   A new shard is added when none has room, up to `recv_shards`; a connection that fits in
+///   none is refused. So registered memory grows with the connections, a shard at a time:
+///   about `base_grant × recv_slot_size` per connection (12 KiB at the defaults).
+/// - **Send slots**: `send_slots` slots of the [`RingConfig`]'s `slot_size`, registered once,
+///   that a connection takes one per frame in flight, at most the [`RingConfig`]'s
+///   `slot_count` at a time.
+///
+/// At the defaults: 16 shards of 4,096 slots of 4 KiB, 21,845 connections at a base grant of
+/// 3, each taking 12 KiB of receive slots, and 2,048 send slots (16 MiB).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedRings {
-    /// Receive slots in the pool. Raises take at most half of them, so the other half always
-    /// holds the base grants of new connections. Over verbs the SRQ posts an eighth more (at
+    /// Receive slots per shard. Raises take at most half of them, so the other half always
+    /// holds the base grants of new connections. Each shard's SRQ posts an eighth more (at
     /// least 64) that no grant counts on: room for what a peer overrunning its credits sends
     /// before its connection is closed.
     pub recv_slots: u32,
+    /// Most receive shards (at most 1,024).
+    pub recv_shards: u32,
+    /// Bytes per receive slot: frames from clients are at most this long (longer messages
+    /// are segmented).
+    pub recv_slot_size: u32,
     /// Send slots shared by the connections (verbs). A connection that finds none free waits
     /// for the next one given back, in turn.
     pub send_slots: u32,
@@ -299,30 +313,36 @@ impl Default for SharedRings {
 }
 
 impl SharedRings {
-    /// The defaults: 2,048 receive and 2,048 send slots (16 MiB each with 8 KiB slots), a base
-    /// grant of 4, at most 64 per connection.
+    /// The defaults: up to 16 shards of 4,096 receive slots of 4 KiB, 2,048 send slots, a base
+    /// grant of 3, at most 64 per connection.
     pub const DEFAULT: SharedRings = SharedRings {
-        recv_slots: 2048,
+        recv_slots: 4096,
+        recv_shards: 16,
+        recv_slot_size: 4096,
         send_slots: 2048,
-        base_grant: 4,
+        base_grant: 3,
         max_grant: 64,
     };
 
     /// Checks the values: a base of at least 3 (the smallest grant that cannot stall), a
-    /// maximum no smaller than the base and at most 65535, room for one base, and a send
-    /// slot.
+    /// maximum no smaller than the base and at most 65535, room for one base per shard,
+    /// 1 to 1,024 shards, a slot size a HELLO may announce, and a send slot.
     pub fn validate(&self) -> Result<(), Error> {
+        let slot_sizes = rpc_proto::frame::MIN_SLOT_SIZE..=rpc_proto::frame::MAX_SLOT_SIZE;
         let ok = self.base_grant >= rpc_proto::credit_pool::MIN_GRANT
             && self.max_grant >= self.base_grant
             && self.max_grant <= u32::from(u16::MAX)
             && self.recv_slots >= self.base_grant
+            && (1..=1024).contains(&self.recv_shards)
+            && slot_sizes.contains(&self.recv_slot_size)
             && self.send_slots >= 1;
         if ok {
             Ok(())
         } else {
             Err(Error::InvalidConfig(format!(
                 "shared rings: {self:?} (need 3 <= base_grant <= max_grant <= 65535, \
-                 recv_slots >= base_grant and send_slots >= 1)"
+                 recv_slots >= base_grant, 1 <= recv_shards <= 1024, a recv_slot_size a \
+                 HELLO allows, and send_slots >= 1)"
             )))
         }
     }

@@ -84,10 +84,11 @@ impl ServerBuilder {
         self
     }
 
-    /// Over verbs, the connections' receive slots come from one shared receive queue, and
-    /// their credits from its pool (PROTOCOL.md §22.4): `Some(config)`, by default
-    /// [`SharedRings::DEFAULT`]. `None` gives every connection a receive ring of its own
-    /// (the [`RingConfig`]'s `slot_count` slots), as TCP and in-memory connections have.
+    /// Over verbs, the connections' receive slots come from shared receive queues, their
+    /// credits from those pools (PROTOCOL.md §22.4), and their send slots from one shared pool:
+    /// `Some(config)`, by default [`SharedRings::DEFAULT`]. `None` gives every connection rings
+    /// of its own (the [`RingConfig`]'s `slot_count` slots each), as TCP and in-memory
+    /// connections have.
     pub fn shared_rings(mut self, shared: Option<SharedRings>) -> Self {
         self.shared_rings = shared;
         self

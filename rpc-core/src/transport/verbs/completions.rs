@@ -31,10 +31,9 @@ use rpc_sync::Mutex;
 use super::cq::{wc_buffer, wc_status_str, CqShards, RawCq};
 use super::device::{context_name, Device, DeviceList, Pd};
 use super::link::{LinkInner, Links};
-use super::shared_recv::SharedRecv;
-use super::shared_send::SharedSend;
+use super::shared_pools::SharedPools;
 use super::sys::{no_device, poll_readable};
-use super::wr_id::{decode_wr_id, SHARED_KEY};
+use super::wr_id::{decode_wr_id, shared_index};
 use crate::transport::{self, Completion, CompletionQueue, RecvBuf, RecvInner};
 use crate::Error;
 
@@ -46,15 +45,6 @@ pub(super) struct DeviceRes {
     pub(super) cqs: CqShards,
     pub(super) pd: Arc<Pd>,
     pub(super) device: Arc<Device>,
-}
-
-/// A server endpoint's shared rings: its receive queue and its send slots.
-#[derive(Clone)]
-pub(super) struct SharedPools {
-    pub(super) recv: Arc<SharedRecv>,
-    pub(super) send: Arc<SharedSend>,
-    /// The CQ of their links: the pools reserved its entries, a link reserves none.
-    pub(super) cq: Arc<RawCq>,
 }
 
 /// One work completion, copied out of `ibv_wc`.
@@ -80,8 +70,8 @@ struct PollState {
 /// State shared by the endpoint and its [`VerbsCq`].
 pub(super) struct CqShared {
     dev: OnceLock<Arc<DeviceRes>>,
-    /// The endpoint's shared receive queue and send slots, once an acceptor created them.
-    shared: OnceLock<SharedPools>,
+    /// The endpoint's shared rings, once an acceptor created them.
+    shared: OnceLock<Arc<SharedPools>>,
     init: Mutex<()>,
     /// Most entries of one CQ shard (0: the device's maximum).
     shard_entries: u32,
@@ -114,14 +104,14 @@ impl CqShared {
         self.dev.get()
     }
 
-    /// The endpoint's shared receive queue and send slots on `res`, created on first use with
-    /// `config` and slots of `slot_size` bytes (later calls get those, whatever they pass).
+    /// The endpoint's shared rings on `res`, created on first use with `config` and send
+    /// slots of `send_slot_size` bytes (later calls get those, whatever they pass).
     pub(super) fn ensure_shared(
         &self,
         res: &DeviceRes,
         config: transport::SharedRings,
-        slot_size: u32,
-    ) -> Result<SharedPools, Error> {
+        send_slot_size: u32,
+    ) -> Result<Arc<SharedPools>, Error> {
         if let Some(shared) = self.shared.get() {
             return Ok(shared.clone());
         }
@@ -129,23 +119,16 @@ impl CqShared {
         if let Some(shared) = self.shared.get() {
             return Ok(shared.clone());
         }
-        config.validate()?;
-        let numbers = (config.recv_slots, config.base_grant, config.max_grant);
-        let entries = SharedRecv::posted(config.recv_slots).saturating_add(config.send_slots);
-        let (cq, reservation) = res.cqs.dedicated(entries)?;
-        let shared = SharedPools {
-            recv: SharedRecv::new(&res.pd, numbers, slot_size)?,
-            send: SharedSend::new(&res.pd, config.send_slots, slot_size, reservation)?,
-            cq,
-        };
+        let shared = SharedPools::new((&res.pd, &res.cqs), config, send_slot_size)?;
         let _ = self.shared.set(shared.clone());
         Ok(shared)
     }
 
-    /// A shared receive slot no link will report (its link is gone): back to the SRQ.
-    fn repost_shared(&self, slot: u32) {
+    /// A slot of shared receive shard `index` that no link will report (its link is gone):
+    /// back to its SRQ.
+    fn repost_shared(&self, index: u32, slot: u32) {
         if let Some(shared) = self.shared.get() {
-            shared.recv.repost(slot);
+            shared.repost(index, slot);
         }
     }
 
@@ -236,16 +219,17 @@ impl CqShared {
         out: &mut Vec<Completion>,
     ) -> bool {
         let (is_send, key, slot) = decode_wr_id(wc.wr_id);
-        let shared = !is_send && key == SHARED_KEY;
-        let key = match shared {
-            true => match self.links.key_of_qp(wc.qp_num) {
+        let shard = if is_send { None } else { shared_index(key) };
+        let shared = shard.is_some();
+        let key = match shard {
+            Some(index) => match self.links.key_of_qp(wc.qp_num) {
                 Some(key) => key,
                 None => {
-                    self.repost_shared(slot);
+                    self.repost_shared(index, slot);
                     return false;
                 }
             },
-            false => key,
+            None => key,
         };
         let link = match cache {
             Some(link) if link.key() == key => link.clone(),
@@ -257,8 +241,8 @@ impl CqShared {
                 // A link already dropped: its QP is destroyed, nothing to do (but a shared
                 // slot goes back to the SRQ).
                 None => {
-                    if shared {
-                        self.repost_shared(slot);
+                    if let Some(index) = shard {
+                        self.repost_shared(index, slot);
                     }
                     return false;
                 }

@@ -23,13 +23,15 @@ use rdma_sys::rdma_cm_event_type;
 use rpc_sync::{Flag, Mutex};
 
 use super::cm::{CmEvent, CmId, ConnParam, EventChannel};
-use super::completions::{CqShared, DeviceRes, SharedPools, VerbsCq};
+use super::completions::{CqShared, DeviceRes, VerbsCq};
 use super::device::DeviceList;
 use super::events::CmDispatcher;
 use super::handle::VerbsLink;
 use super::link::{LinkInner, LinkParts, Links, RecvRing, SendRing};
 use super::mr::Region;
 use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
+use super::shared_pools::SharedPools;
+use super::shared_recv::SharedRecv;
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
 use crate::protocol::v2::{Hello, HELLO_LEN};
 use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedRings};
@@ -75,7 +77,7 @@ impl Core {
         ring: RingConfig,
         link_id: LinkId,
         peer_name: String,
-        shared: Option<(SharedPools, Grant)>,
+        shared: Option<(Arc<SharedPools>, Arc<SharedRecv>, Grant)>,
     ) -> Result<Arc<LinkInner>, Error> {
         let caps = res.device.caps();
         if ring.slot_count > caps.max_qp_wr {
@@ -86,15 +88,18 @@ impl Core {
                 res.device.name()
             )));
         }
-        let shared_cq = shared.as_ref().map(|(shared, _)| shared.cq.clone());
+        // The shared rings' links send on the send slots' CQ and receive on their shard's.
+        let shared_cqs = (shared.as_ref())
+            .map(|(pools, shard, _)| (pools.send_cq().clone(), shard.cq().clone()));
         let (recv, send, grant, local_hello) = match shared {
-            Some((shared, grant)) => {
+            Some((pools, shard, grant)) => {
                 let hello = Hello {
-                    slot_count: shared.recv.base(),
+                    slot_count: shard.base(),
+                    slot_size: shard.slot_size() as u32,
                     ..ring.hello()
                 };
-                let send = SendRing::shared(shared.send, ring.slot_count);
-                (RecvRing::Shared(shared.recv), send, Some(grant), hello)
+                let send = SendRing::shared(pools.send().clone(), ring.slot_count);
+                (RecvRing::Shared(shard), send, Some(grant), hello)
             }
             None => {
                 let recv = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
@@ -103,20 +108,20 @@ impl Core {
                 (RecvRing::Own(recv), send, None, ring.hello())
             }
         };
-        // Completion entries: two per slot on a shard with room, or none on the shared rings'
-        // CQ (they reserved theirs).
-        let (cq, reservation) = match &shared_cq {
-            Some(cq) => (cq.clone(), None),
+        // Completion entries: two per slot on a CQ shard with room, or none on the shared
+        // rings' CQs (they reserved theirs).
+        let (send_cq, recv_cq, reservation) = match shared_cqs {
+            Some((send_cq, recv_cq)) => (send_cq, recv_cq, None),
             None => {
                 let (cq, reservation) = res.cqs.reserve(ring.slot_count.saturating_mul(2))?;
-                (cq, Some(reservation))
+                (cq.clone(), cq, Some(reservation))
             }
         };
         let srq = match &recv {
             RecvRing::Shared(shared) => Some(shared.srq()),
             RecvRing::Own(_) => None,
         };
-        let qp = Qp::new(id, &res.pd, &cq, ring.slot_count, srq)?;
+        let qp = Qp::new(id, &res.pd, (&send_cq, &recv_cq), ring.slot_count, srq)?;
         LinkInner::new(LinkParts {
             qp,
             recv,
@@ -587,15 +592,9 @@ impl VerbsAcceptor {
             let link_id = self.core.next_link_id.fetch_add(1, Ordering::Relaxed);
             let shared = match self.shared {
                 Some(config) => {
-                    let shared = (self.core.cq).ensure_shared(&res, config, self.ring.slot_size)?;
-                    let grant = shared.recv.admit().ok_or_else(|| Error::Verbs {
-                        call: "accept",
-                        reason: format!(
-                            "the shared receive queue's {} slots are all granted",
-                            config.recv_slots
-                        ),
-                    })?;
-                    Some((shared, grant))
+                    let pools = (self.core.cq).ensure_shared(&res, config, self.ring.slot_size)?;
+                    let (shard, grant) = pools.admit((&res.pd, &res.cqs))?;
+                    Some((pools, shard, grant))
                 }
                 None => None,
             };

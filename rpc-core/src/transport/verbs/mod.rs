@@ -134,6 +134,7 @@ mod events;
 mod handle;
 mod link;
 mod route;
+mod shared_pools;
 mod shared_recv;
 mod shared_send;
 mod table;

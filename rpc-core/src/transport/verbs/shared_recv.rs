@@ -1,6 +1,10 @@
-//! A server endpoint's shared receive ring: one SRQ with `slots` receives of one size posted
-//! from one registered region, taken by every QP of the endpoint's accepted links, and the
-//! [`CreditPool`] that grants those slots to the links' peers (`docs/PROTOCOL.md` §22.4).
+//! One shard of a server endpoint's shared receive slots: an SRQ with `slots` receives of one
+//! size posted from one registered region, taken by the QPs of the links admitted to it, the
+//! [`CreditPool`] that grants those slots to the links' peers (`docs/PROTOCOL.md` §22.4), and
+//! the completion queue their receives complete on (sized for every slot, so no number of
+//! links can overflow it). An endpoint adds shards as connections are admitted (see
+//! `completions::SharedPools`): registered memory follows the connections, a shard at a
+//! time.
 //!
 //! Every slot is posted once at creation and re-posted as soon as its frame is released,
 //! whichever link it served, even a closing one: the SRQ never loses a slot. The pool never
@@ -14,16 +18,17 @@
 //! costs the others nothing.
 //!
 //! Registered memory is the SRQ's, `(slots + headroom) × slot_size`, whatever the number of
-//! links; each link adds its send ring only.
+//! links admitted to it.
 
 use std::sync::Arc;
 
 use rpc_proto::{CreditPool, Grant};
 
+use super::cq::{CqShards, CqeReservation, RawCq};
 use super::device::Pd;
 use super::mr::Region;
 use super::srq::Srq;
-use super::wr_id::{wr_id, SHARED_KEY};
+use super::wr_id::{shared_key, wr_id};
 use crate::Error;
 
 /// Slots posted beyond those the pool grants (an eighth, at least 64): room for what a peer
@@ -39,6 +44,9 @@ pub(super) struct SharedRecv {
     region: Region,
     pool: CreditPool,
     base: u32,
+    index: u32,
+    cq: Arc<RawCq>,
+    _reservation: CqeReservation,
 }
 
 impl SharedRecv {
@@ -48,17 +56,20 @@ impl SharedRecv {
         slots.saturating_add(headroom(slots))
     }
 
-    /// Creates the SRQ and its region on `pd` for a pool of `slots` slots of `slot_size` bytes
-    /// (plus the headroom), granted `base` to each link and at most `max_grant`, and posts
-    /// every slot. (The CQ of its links has reserved [`SharedRecv::posted`] entries.) (The numbers of a validated
+    /// Creates shard `index`: the SRQ and its region on `pd` for a pool of `slots` slots of
+    /// `slot_size` bytes (plus the headroom), granted `base` to each link and at most
+    /// `max_grant`, and a CQ of its own among `cqs` for them; posts every slot. (The numbers of a validated
     /// `transport::SharedRings`: that module names this one's buffers, so it is not named
     /// here.)
     pub(super) fn new(
         pd: &Arc<Pd>,
+        cqs: &CqShards,
+        index: u32,
         (slots, base, max_grant): (u32, u32, u32),
         slot_size: u32,
     ) -> Result<Arc<SharedRecv>, Error> {
         let posted = Self::posted(slots);
+        let (cq, reservation) = cqs.dedicated(posted)?;
         let region = Region::new(pd, posted, slot_size)?;
         let srq = Arc::new(Srq::new(pd, posted)?);
         let shared = Arc::new(SharedRecv {
@@ -66,11 +77,15 @@ impl SharedRecv {
             region,
             pool: CreditPool::with_max_grant(slots, max_grant),
             base,
+            index,
+            cq,
+            _reservation: reservation,
         });
         for slot in 0..posted {
             shared.post(slot)?;
         }
         tracing::debug!(
+            index,
             slots,
             posted,
             slot_size,
@@ -83,6 +98,11 @@ impl SharedRecv {
 
     pub(super) fn srq(&self) -> &Arc<Srq> {
         &self.srq
+    }
+
+    /// The CQ the receives of this shard's links complete on.
+    pub(super) fn cq(&self) -> &Arc<RawCq> {
+        &self.cq
     }
 
     /// The base grant of a new link from the pool, or `None` when the pool has no room for
@@ -102,7 +122,7 @@ impl SharedRecv {
 
     fn post(&self, slot: u32) -> Result<(), Error> {
         self.srq.post_recv(
-            wr_id(false, SHARED_KEY, slot),
+            wr_id(false, shared_key(self.index), slot),
             self.region.slot_addr(slot),
             self.region.slot_size() as u32,
             self.region.lkey(),

@@ -19,7 +19,7 @@ use crossbeam::queue::SegQueue;
 use rpc_sync::RwLock;
 
 use super::sys::EventFd;
-use super::wr_id::SHARED_KEY;
+use super::wr_id::MAX_LINK_KEY;
 use crate::Error;
 
 /// Links by key, closed links waiting for their `Closed`, and the poller's wake-up.
@@ -50,7 +50,7 @@ impl<L> LinkTable<L> {
     /// A key no link of this table had before.
     pub(super) fn next_key(&self) -> Result<u32, Error> {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        if key == 0 || key >= SHARED_KEY {
+        if key == 0 || key > MAX_LINK_KEY {
             return Err(Error::Verbs {
                 call: "link table",
                 reason: "link keys exhausted for this endpoint".into(),
