@@ -1346,8 +1346,15 @@ where
     // ----- time ---------------------------------------------------------------------------
 
     /// Watches the peer with `keepalive` (`None`: never PING, never give up on silence).
+    /// May change at any time (see [`Keepalive::paced`]): the silence measured so far
+    /// counts against the new values.
     pub fn set_keepalive(&mut self, keepalive: Option<Keepalive>) {
         self.timers.set_keepalive(keepalive);
+    }
+
+    /// The keepalive in force.
+    pub fn keepalive(&self) -> Option<Keepalive> {
+        self.timers.keepalive()
     }
 
     /// Drops a frame that made no progress in reassembly for `timeout` (`None`: never).

@@ -23,6 +23,8 @@ use crate::protocol::Keepalive;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
+mod ticks;
+
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// The longest a caller driving the queue sleeps on it before it looks at its call again.
 const DRIVER_NAP: Duration = Duration::from_millis(10);
@@ -485,16 +487,7 @@ impl Endpoint {
     fn run(self: Arc<Self>, role: Role) {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
-        // Keepalive looks 4 times per interval, stalled reassembly 4 times per timeout.
-        let conn_tick_every = [
-            self.keepalive.map(|k| k.interval / 4),
-            self.stall_timeout
-                .map(|t| (t / 4).min(Duration::from_secs(1))),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|t| t.max(Duration::from_millis(10)));
+        let (_, conn_tick_every) = self.paced();
         let mut next_conn_tick = conn_tick_every.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.is_raised() {
@@ -513,7 +506,7 @@ impl Endpoint {
                 rpc_sync::park_timeout(nap);
                 let now = Instant::now();
                 // A caller may drive for long (a window of calls kept full): pings still go.
-                self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
+                self.tick(now, &mut next_tick, &mut next_conn_tick);
                 if standing_back && !self.duty.is_driving() {
                     // What came while the reader was busy with its messages; a reader that
                     // did not wait for one during a whole tick is not polling any more.
@@ -547,7 +540,7 @@ impl Endpoint {
             } else {
                 now.saturating_duration_since(last_work)
             };
-            self.tick(now, &mut next_tick, &mut next_conn_tick, conn_tick_every);
+            self.tick(now, &mut next_tick, &mut next_conn_tick);
             if n == POLL_BATCH {
                 continue;
             }
@@ -565,54 +558,6 @@ impl Endpoint {
                 Role::Server => conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
             };
             self.cq.wait(Some(sleep));
-        }
-    }
-
-    /// Hands each connection the time (`Work::Timeout`: its core's timers) when they may be
-    /// due: every connection at the connection tick (keepalive, stalled reassembly), and at
-    /// the deadline tick a client's connections and those of a server that watch a deadline
-    /// (a server's mostly watch none). Once per connection when both ticks are due.
-    #[inline]
-    fn tick(
-        &self,
-        now: Instant,
-        next_deadline_tick: &mut Instant,
-        next_conn_tick: &mut Option<Instant>,
-        conn_tick_every: Option<Duration>,
-    ) {
-        if now < *next_deadline_tick && next_conn_tick.is_none_or(|at| now < at) {
-            // The common case, every loop of a busy poller: nothing is due.
-            return;
-        }
-        self.tick_due(now, next_deadline_tick, next_conn_tick, conn_tick_every);
-    }
-
-    fn tick_due(
-        &self,
-        now: Instant,
-        next_deadline_tick: &mut Instant,
-        next_conn_tick: &mut Option<Instant>,
-        conn_tick_every: Option<Duration>,
-    ) {
-        let deadlines = now >= *next_deadline_tick;
-        if deadlines {
-            *next_deadline_tick = now + DEADLINE_TICK;
-        }
-        let every_conn = match (*next_conn_tick, conn_tick_every) {
-            (Some(at), Some(every)) if now >= at => {
-                *next_conn_tick = Some(now + every);
-                true
-            }
-            _ => false,
-        };
-        if !deadlines && !every_conn {
-            return;
-        }
-        let server = self.role == Role::Server;
-        for conn in self.conns().iter() {
-            if every_conn || !server || conn.deadlines_pending() {
-                conn.submit(Work::Timeout(now));
-            }
         }
     }
 

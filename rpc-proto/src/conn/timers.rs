@@ -27,6 +27,23 @@ pub struct Keepalive {
     pub timeout: Duration,
 }
 
+impl Keepalive {
+    /// This keepalive on one of `connections` connections of an endpoint that sends at most
+    /// `pings_per_second` keepalive PINGs in all: the interval stretches to `connections /
+    /// pings_per_second` seconds when that is longer (the timeout stays). Each connection
+    /// PINGs at most once per interval of silence, so an endpoint's idle connections cost it
+    /// at most that many PINGs a second, however many there are, and a silent peer is
+    /// detected within the stretched interval plus the timeout.
+    pub fn paced(self, connections: usize, pings_per_second: u32) -> Keepalive {
+        let spread =
+            Duration::from_secs_f64(connections as f64 / f64::from(pings_per_second.max(1)));
+        Keepalive {
+            interval: self.interval.max(spread),
+            timeout: self.timeout,
+        }
+    }
+}
+
 impl Default for Keepalive {
     /// 1 s and 4 s: a silent peer is detected within 5 s.
     fn default() -> Self {
@@ -102,6 +119,10 @@ pub(super) enum KeepaliveStep {
 impl Timers {
     pub(super) fn set_keepalive(&mut self, keepalive: Option<Keepalive>) {
         self.keepalive = keepalive;
+    }
+
+    pub(super) fn keepalive(&self) -> Option<Keepalive> {
+        self.keepalive
     }
 
     pub(super) fn set_stall_timeout(&mut self, timeout: Option<Duration>) {

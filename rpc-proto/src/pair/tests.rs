@@ -186,6 +186,58 @@ fn keepalive_pings_a_quiet_peer_and_gives_up_on_a_dead_one() {
     );
 }
 
+/// An endpoint of 20,000 connections paced to 1,000 keepalive PINGs a second: each idle
+/// connection PINGs once per 20 s of silence, not once a second, and a dead peer is detected
+/// after the paced interval plus the timeout. The pace may change on a live connection.
+#[test]
+fn paced_keepalive_pings_less_and_still_detects_a_dead_peer() {
+    let base = Keepalive::default();
+    assert_eq!(base.paced(500, 1000), base, "few connections: unchanged");
+    let paced = base.paced(20_000, 1000);
+    assert_eq!(paced.interval, Duration::from_secs(20));
+    assert_eq!(paced.timeout, base.timeout);
+    let mut pair = Pair::new();
+    pair.client.core.set_keepalive(Some(base));
+    pair.advance(Duration::ZERO);
+    pair.run_for(Duration::from_secs(10), 250 * MS);
+    // The endpoint grew: the connection is paced from now on.
+    pair.client.core.set_keepalive(Some(paced));
+    assert_eq!(pair.client.core.keepalive(), Some(paced));
+    let pings_before = pair
+        .client
+        .sent
+        .iter()
+        .filter(|k| **k == Kind::Ping)
+        .count();
+    pair.run_for(Duration::from_secs(100), 250 * MS);
+    let pings = pair
+        .client
+        .sent
+        .iter()
+        .filter(|k| **k == Kind::Ping)
+        .count()
+        - pings_before;
+    assert!(
+        (4..=6).contains(&pings),
+        "one PING per 20 s of silence over 100 s: {pings}"
+    );
+    assert!(!pair.client.take_seen().contains(&Seen::PeerSilent));
+    pair.server.cut_off = true;
+    let died = pair.now;
+    let mut given_up = None;
+    while given_up.is_none() && pair.now < died + Duration::from_secs(60) {
+        pair.advance(250 * MS);
+        if pair.client.take_seen().contains(&Seen::PeerSilent) {
+            given_up = Some(pair.now - died);
+        }
+    }
+    let given_up = given_up.expect("the client gives the peer up");
+    assert!(
+        given_up <= paced.interval + paced.timeout + Duration::from_millis(500),
+        "detected after {given_up:?}"
+    );
+}
+
 #[test]
 fn poll_timeout_names_the_next_thing_to_do() {
     let mut pair = Pair::new();

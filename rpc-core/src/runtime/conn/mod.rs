@@ -404,7 +404,12 @@ impl Conn {
                     Some(Delivery::CancelTask(task))
                 }
             }
-            Work::Timeout(now) => self.on_timeout(owned, now),
+            Work::Timeout(now, keepalive) => {
+                if owned.core.keepalive() != keepalive {
+                    owned.core.set_keepalive(keepalive);
+                }
+                self.on_timeout(owned, now)
+            }
             Work::Flush => None,
             Work::Goodbye => {
                 owned.core.goodbye();

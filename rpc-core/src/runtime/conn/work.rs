@@ -10,7 +10,7 @@ use rpc_sync::Wake;
 
 use super::super::call::{CallCell, Reply, RequestDelivery};
 use super::super::stream::{Cancel, Incoming, StreamShared};
-use crate::protocol::v2::{Outgoing, Payload as Body};
+use crate::protocol::v2::{Keepalive, Outgoing, Payload as Body};
 use crate::transport::{RecvBuf, SendBuf};
 use crate::{MetadataMap, Status};
 
@@ -144,8 +144,9 @@ pub(crate) enum Work {
     /// Server: a unary handler's task awaits; cancel it if the call is.
     Attach { call: u64, task: Arc<dyn Cancel> },
     /// The time is `now`: end the calls whose deadline passed, look at the peer's liveness
-    /// (PING it, or give up on it) and at messages stalled in reassembly (drop them).
-    Timeout(Instant),
+    /// (PING it, or give up on it) under the keepalive in force for the endpoint's number of
+    /// connections, and at messages stalled in reassembly (drop them).
+    Timeout(Instant, Option<Keepalive>),
     /// Send what credits and send slots now allow (slots re-posted, sends completed).
     Flush,
     /// Server: GOODBYE.
