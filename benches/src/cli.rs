@@ -76,6 +76,9 @@ pub struct ServeArgs {
     pub async_handlers: bool,
     /// `ours`: also serve the standard gRPC face (HTTP/2) on this `ADDR:PORT`.
     pub grpc_listen: Option<String>,
+    /// `ours`: rewrite this file every second with the server's connections, registered
+    /// bytes and resident memory (one JSON object).
+    pub stats: Option<String>,
 }
 
 /// `rpc-bench load`.
@@ -144,6 +147,21 @@ pub struct ConnsArgs {
     pub conns: usize,
 }
 
+/// `rpc-bench verbs-conns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsConnsArgs {
+    /// The verbs server's `ADDR:PORT`.
+    pub connect: String,
+    /// Links to open.
+    pub conns: usize,
+    /// Connects in flight at once.
+    pub in_flight: usize,
+    /// Where to write the result, once every link is open and its call answered.
+    pub out: Option<String>,
+    /// Keep the links open until this file exists.
+    pub hold: Option<String>,
+}
+
 /// A parsed command line.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -159,6 +177,8 @@ pub enum Command {
     Inproc(InprocArgs),
     /// Count an `ours` TCP server's threads while it holds many connections.
     TcpConns(ConnsArgs),
+    /// Open many verbs links to one server and hold them.
+    VerbsConns(VerbsConnsArgs),
 }
 
 /// Why the command line did not parse.
@@ -184,6 +204,8 @@ usage:
   rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin] [--async]
                    [--realistic] [--verbs ADDR:PORT]
   rpc-bench tcp-conns [--conns 2000]
+  rpc-bench verbs-conns --connect ADDR:PORT --conns N [--in-flight 16] [--out FILE]
+                        [--hold FILE]
 
 `rpc-bench COMMAND --help` describes each command.
 ";
@@ -191,6 +213,7 @@ usage:
 const SERVE_USAGE: &str = "\
 usage: rpc-bench serve --system ours|tcp|tonic --listen ADDR:PORT [--transport tcp|verbs]
                        [--slot-count N --slot-size N] [--async] [--grpc-listen ADDR:PORT]
+                       [--stats FILE]
 
 Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
   ours   rpc-core's Server with the generated echo.Echo service, handler inline on the
@@ -204,6 +227,8 @@ Runs an echo server until it is killed (SIGTERM, SIGKILL, Ctrl-C).
          as fast as flow control allows (what `rpc-bench stream` measures)
 --grpc-listen (ours): also serve the standard gRPC face (HTTP/2, plaintext) on ADDR:PORT,
          for stock gRPC clients such as `rpc-bench load --system tonic`
+--stats FILE (ours): rewrite FILE every second with one JSON object:
+         {\"connections\":..,\"registered_bytes\":..,\"rss_bytes\":..}
 A line on stderr says where it listens (port 0 picks a free port).
 ";
 
@@ -277,6 +302,19 @@ child's thread count (Threads: of /proc/PID/status). Prints one JSON line:
 (the key names the --conns given).
 ";
 
+const VERBS_CONNS_USAGE: &str = "\
+usage: rpc-bench verbs-conns --connect ADDR:PORT --conns N [--in-flight 16] [--out FILE]
+                             [--hold FILE]
+
+Opens --conns verbs links (4 slots of 4 KiB) to the server at ADDR:PORT from one endpoint,
+--in-flight connects at a time; on each makes one call (to a method the server does not
+have: answered UNIMPLEMENTED), answers the server's keepalive PINGs and returns its credits,
+each link driven by the protocol core. When every link is open and answered, prints (and
+writes to --out) one JSON line:
+  {\"conns\":..,\"failed\":..,\"seconds\":..,\"client_registered_bytes\":..}
+then, with --hold, keeps the links open until FILE exists.
+";
+
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError> {
     let mut args = args.into_iter();
@@ -295,6 +333,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError
         "idle" => with_usage(IDLE_USAGE, parse_idle(&rest)),
         "inproc" => with_usage(INPROC_USAGE, parse_inproc(&rest)),
         "tcp-conns" => with_usage(CONNS_USAGE, parse_conns(&rest)),
+        "verbs-conns" => with_usage(VERBS_CONNS_USAGE, parse_verbs_conns(&rest)),
         other => Err(CliError::Invalid(
             format!("unknown command `{other}`"),
             USAGE.to_owned(),
@@ -424,6 +463,7 @@ fn parse_serve(args: &[String]) -> Result<Command, Failure> {
             "slot-count",
             "slot-size",
             "grpc-listen",
+            "stats",
         ],
     )?;
     let system = System::parse(opts.required("system")?).map_err(Failure::Invalid)?;
@@ -449,6 +489,7 @@ fn parse_serve(args: &[String]) -> Result<Command, Failure> {
         ring,
         async_handlers,
         grpc_listen,
+        stats: opts.get("stats").map(str::to_owned),
     }))
 }
 
@@ -457,6 +498,24 @@ fn ring_value(opts: &Options, name: &str, default: u32) -> Result<u32, Failure> 
         None => Ok(default),
         Some(v) => u32::try_from(v).map_err(|_| Failure::Invalid(format!("--{name} is too large"))),
     }
+}
+
+fn parse_verbs_conns(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["connect", "conns", "in-flight", "out", "hold"])?;
+    let conns = opts.required_number("conns")?;
+    let in_flight = opts.number("in-flight")?.unwrap_or(16);
+    if conns == 0 || in_flight == 0 || in_flight > 1024 {
+        return Err(Failure::Invalid(
+            "--conns must be at least 1 and --in-flight between 1 and 1024".to_owned(),
+        ));
+    }
+    Ok(Command::VerbsConns(VerbsConnsArgs {
+        connect: opts.required("connect")?.to_owned(),
+        conns: conns as usize,
+        in_flight: in_flight as usize,
+        out: opts.get("out").map(str::to_owned),
+        hold: opts.get("hold").map(str::to_owned),
+    }))
 }
 
 fn parse_conns(args: &[String]) -> Result<Command, Failure> {
@@ -616,7 +675,30 @@ mod tests {
                 ring: rpc_core::RingConfig::DEFAULT,
                 async_handlers: false,
                 grpc_listen: None,
+                stats: None,
             })
+        );
+    }
+
+    #[test]
+    fn verbs_conns_options() {
+        let cmd = parse(args(
+            "verbs-conns --connect 192.0.2.2:7 --conns 5000 --in-flight 8 --hold /tmp/h",
+        ))
+        .unwrap();
+        assert_eq!(
+            cmd,
+            Command::VerbsConns(VerbsConnsArgs {
+                connect: "192.0.2.2:7".to_owned(),
+                conns: 5000,
+                in_flight: 8,
+                out: None,
+                hold: Some("/tmp/h".to_owned()),
+            })
+        );
+        assert!(
+            parse(args("verbs-conns --connect 1.2.3.4:5")).is_err(),
+            "--conns needed"
         );
     }
 

@@ -10,6 +10,7 @@
 //! rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
 //! rpc-bench inproc --calls N [--size 64]
 //! rpc-bench tcp-conns [--conns 2000]
+//! rpc-bench verbs-conns --connect ADDR:PORT --conns N [--in-flight 16] [--out F] [--hold F]
 //! ```
 
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ use std::process::ExitCode;
 static ALLOCATOR: rpc_sync::CountingAllocator = rpc_sync::CountingAllocator;
 
 use rpc_benches::cli::{self, CliError, Command, LoadArgs, ServeArgs, System};
-use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp, stream};
+use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp, stream, verbs_conns};
 
 fn main() -> ExitCode {
     let command = match cli::parse(std::env::args().skip(1)) {
@@ -51,6 +52,9 @@ fn main() -> ExitCode {
         }
         Command::Idle(args) => print_json("idle", idle::run(&args).map(|r| r.to_json())),
         Command::TcpConns(args) => print_json("tcp-conns", conns::run(&args).map(|r| r.to_json())),
+        Command::VerbsConns(args) => {
+            print_json("verbs-conns", verbs_conns::run(&args).map(|r| r.to_json()))
+        }
         Command::Inproc(args) => {
             match inproc::run(&args, Some(rpc_sync::CountingAllocator::allocations)) {
                 Ok(result) => {
@@ -93,8 +97,8 @@ fn serve(args: &ServeArgs) -> ExitCode {
     if let Err(err) = conns::raise_nofile() {
         eprintln!("rpc-bench serve: {err}");
     }
-    // Each arm keeps its server alive in `_running` for as long as the process lives.
-    let (_running, local, transport): (Box<dyn std::any::Any>, String, String) = match args.system {
+    // Each arm keeps its server alive in `running` for as long as the process lives.
+    let (running, local, transport): (Box<dyn std::any::Any>, String, String) = match args.system {
         System::Ours => match serve_ours(args) {
             Ok(server) => {
                 let mut local = server.local_addr().to_owned();
@@ -125,6 +129,9 @@ fn serve(args: &ServeArgs) -> ExitCode {
         "rpc-bench serve: {} echo server listening on {local} over {transport}",
         args.system
     );
+    if let (Some(path), Some(server)) = (&args.stats, running.downcast_ref::<rpc_core::Server>()) {
+        write_stats_every_second(server, path);
+    }
     loop {
         std::thread::park();
     }
@@ -140,6 +147,30 @@ fn serve_ours(args: &ServeArgs) -> Result<rpc_core::Server, rpc_core::Error> {
         ours::serve_async_with(builder, &args.listen, args.transport)
     } else {
         ours::serve_with(builder, &args.listen, args.transport)
+    }
+}
+
+/// `serve --stats`: the server's connections, registered bytes and resident memory, rewritten
+/// into `path` every second (written aside, then renamed: a reader never sees half of it).
+fn write_stats_every_second(server: &rpc_core::Server, path: &str) -> ! {
+    loop {
+        let rss = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .map_or(0, |pages| pages * 4096);
+        let json = format!(
+            "{{\"connections\":{},\"registered_bytes\":{},\"rss_bytes\":{rss}}}\n",
+            server.connections(),
+            server.registered_bytes()
+        );
+        let aside = format!("{path}.tmp");
+        if std::fs::write(&aside, json)
+            .and_then(|()| std::fs::rename(&aside, path))
+            .is_err()
+        {
+            eprintln!("rpc-bench serve: cannot write {path}");
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 

@@ -1,0 +1,268 @@
+//! `rpc-bench verbs-conns`: many verbs connections to one server, the client side of the
+//! `verbs_conns_per_server` measurement (`scripts/bench-verbs-conns`, two guests).
+//!
+//! One process opens `--conns` links on one [`VerbsEndpoint`] with a small ring (4 slots of
+//! 4 KiB), `--in-flight` connects at a time (one thread each). Every link gets a protocol core
+//! of its own ([`Connection`], the same sans-I/O core the runtime runs), driven by one thread
+//! that polls the endpoint's completion queue: it makes one call on each new link (a method
+//! the server does not have, answered UNIMPLEMENTED: a request in and an answer out), answers
+//! the server's keepalive PINGs (the core queues the answers) and returns credits, so the
+//! connections stay up as long as the process runs. The client itself sends no keepalive.
+//!
+//! When every link is open and its call answered, it writes the result to `--out` (one JSON
+//! object) and keeps driving until the file `--hold` exists, so that the server can be
+//! measured with all connections open.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpc_core::protocol::v2::{flags, Connection, Event, Outgoing, Payload, Role};
+use rpc_core::protocol::Kind;
+use rpc_core::transport::verbs::VerbsEndpoint;
+use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SendBuf};
+use rpc_core::Code;
+
+use crate::cli::VerbsConnsArgs;
+
+/// The clients' ring: 4 slots of 4 KiB (32 KiB registered per link).
+pub const CLIENT_RING: RingConfig = RingConfig {
+    slot_count: 4,
+    slot_size: 4096,
+    ..RingConfig::DEFAULT
+};
+
+/// A method id no server has: the call is answered UNIMPLEMENTED.
+const UNKNOWN_METHOD: u32 = 0xdead_beef;
+
+/// How long one connect may take (rdma_cm retries inside it).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What `rpc-bench verbs-conns` prints and writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VerbsConnsResult {
+    /// Links open, their call answered.
+    pub conns: usize,
+    /// Connects that failed.
+    pub failed: usize,
+    /// Seconds from the first connect to the last call answered.
+    pub seconds: f64,
+    /// Bytes this process registered with its device, all links open.
+    pub client_registered_bytes: u64,
+}
+
+impl VerbsConnsResult {
+    /// The one-line JSON object.
+    pub fn to_json(&self) -> String {
+        format!(
+            "{{\"conns\":{},\"failed\":{},\"seconds\":{:.3},\"client_registered_bytes\":{}}}",
+            self.conns, self.failed, self.seconds, self.client_registered_bytes
+        )
+    }
+}
+
+/// One link and its protocol core.
+struct Peer {
+    link: Arc<dyn Link>,
+    core: Connection<(), SendBuf>,
+    answered: bool,
+}
+
+impl Peer {
+    fn new(link: Arc<dyn Link>) -> Peer {
+        let core = Connection::new(
+            Role::Client,
+            link.local_hello(),
+            link.peer_hello(),
+            link.send_slot_size(),
+        );
+        Peer {
+            link,
+            core,
+            answered: false,
+        }
+    }
+
+    /// Opens the one call: a MESSAGE with END to the unknown method.
+    fn call(&mut self) -> Result<(), String> {
+        let call =
+            (self.core.open_unary_call(())).map_err(|e| format!("cannot open a call: {e:?}"))?;
+        let frame = Outgoing {
+            kind: Kind::Message,
+            flags: flags::END,
+            code: 0,
+            payload: Payload::Bytes(b"hi".to_vec()),
+        };
+        if let Some((buf, len)) = (self.core.send(call, frame, UNKNOWN_METHOD, 0))
+            .map_err(|e| format!("cannot send the call: {e:?}"))?
+        {
+            self.link.post_send(buf, len).map_err(|e| e.to_string())?;
+        }
+        self.transmit()
+    }
+
+    /// One received frame: to the core; its slot goes back (a credit owed).
+    fn on_frame(&mut self, frame: &[u8]) -> Result<(), String> {
+        match self.core.on_frame(frame) {
+            Ok(Event::Ended { code, .. }) => {
+                if code != Code::Unimplemented {
+                    return Err(format!("the call ended {code:?}, not UNIMPLEMENTED"));
+                }
+                self.answered = true;
+            }
+            Ok(_) => {}
+            Err(e) => return Err(format!("protocol error: {e}")),
+        }
+        Ok(())
+    }
+
+    /// Credits for re-posted slots, then whatever the core has to send (PING answers,
+    /// CREDIT frames).
+    fn transmit(&mut self) -> Result<(), String> {
+        let released = self.link.take_reposted();
+        if released > 0 {
+            self.core.released(released);
+        }
+        while self.core.wants_transmit() {
+            let link = &self.link;
+            match self.core.poll_transmit(&mut || link.alloc_send()) {
+                Some((buf, len)) => link.post_send(buf, len).map_err(|e| e.to_string())?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opens the links, makes their calls and holds them (see the module documentation).
+pub fn run(args: &VerbsConnsArgs) -> Result<VerbsConnsResult, String> {
+    let addr: SocketAddr =
+        (args.connect.parse()).map_err(|e| format!("--connect {}: {e}", args.connect))?;
+    let ep = VerbsEndpoint::new().map_err(|e| e.to_string())?;
+    let cq = ep.cq();
+    let (links_tx, links_rx) = channel::<Arc<dyn Link>>();
+    let next_id = Arc::new(AtomicU64::new(1));
+    let failed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let connectors: Vec<_> = (0..args.in_flight.max(1))
+        .map(|_| {
+            let (ep, tx, next_id, failed) = (
+                ep.clone(),
+                links_tx.clone(),
+                next_id.clone(),
+                failed.clone(),
+            );
+            let conns = args.conns as u64;
+            std::thread::spawn(move || loop {
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                if id > conns {
+                    return;
+                }
+                match ep.connect(addr, CLIENT_RING, id, CONNECT_TIMEOUT) {
+                    Ok(link) => {
+                        let _ = tx.send(link);
+                    }
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("rpc-bench verbs-conns: connect {id} failed: {e}");
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(links_tx);
+    let mut driver = Driver {
+        cq,
+        peers: HashMap::new(),
+        answered: 0,
+        last_report: Instant::now(),
+    };
+    let result = driver.drive_until(&links_rx, |d| {
+        d.answered + failed.load(Ordering::Relaxed) as usize >= args.conns
+    });
+    for connector in connectors {
+        let _ = connector.join();
+    }
+    result?;
+    let outcome = VerbsConnsResult {
+        conns: driver.answered,
+        failed: failed.load(Ordering::Relaxed) as usize,
+        seconds: start.elapsed().as_secs_f64(),
+        client_registered_bytes: ep.registered_bytes(),
+    };
+    if let Some(out) = &args.out {
+        std::fs::write(out, outcome.to_json() + "\n").map_err(|e| format!("{out}: {e}"))?;
+    }
+    eprintln!("rpc-bench verbs-conns: {}", outcome.to_json());
+    if let Some(hold) = &args.hold {
+        eprintln!("rpc-bench verbs-conns: holding the connections until {hold} exists");
+        driver.drive_until(&links_rx, |_| Path::new(hold).exists())?;
+    }
+    Ok(outcome)
+}
+
+/// Polls the completion queue for every link's core.
+struct Driver {
+    cq: Arc<dyn CompletionQueue>,
+    peers: HashMap<u64, Peer>,
+    answered: usize,
+    last_report: Instant,
+}
+
+impl Driver {
+    fn drive_until(
+        &mut self,
+        new_links: &Receiver<Arc<dyn Link>>,
+        done: impl Fn(&Driver) -> bool,
+    ) -> Result<(), String> {
+        let mut out = Vec::new();
+        while !done(self) {
+            while let Ok(link) = new_links.try_recv() {
+                let mut peer = Peer::new(link);
+                peer.call()?;
+                self.peers.insert(peer.link.id(), peer);
+            }
+            self.cq.poll(&mut out, 64);
+            if out.is_empty() {
+                self.cq.wait(Some(Duration::from_millis(10)));
+            }
+            for completion in out.drain(..) {
+                match completion {
+                    Completion::Recv { link, buf } => {
+                        let Some(peer) = self.peers.get_mut(&link) else {
+                            continue;
+                        };
+                        let was = peer.answered;
+                        peer.on_frame(&buf)?;
+                        drop(buf);
+                        peer.transmit()?;
+                        if peer.answered && !was {
+                            self.answered += 1;
+                        }
+                    }
+                    Completion::SendDone { link } => {
+                        if let Some(peer) = self.peers.get_mut(&link) {
+                            peer.transmit()?;
+                        }
+                    }
+                    Completion::Closed { link, reason } => {
+                        return Err(format!("link {link} closed: {reason}"));
+                    }
+                }
+            }
+            if self.last_report.elapsed() >= Duration::from_secs(5) {
+                self.last_report = Instant::now();
+                eprintln!(
+                    "rpc-bench verbs-conns: {} links open, {} calls answered",
+                    self.peers.len(),
+                    self.answered
+                );
+            }
+        }
+        Ok(())
+    }
+}
