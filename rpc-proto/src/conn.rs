@@ -459,12 +459,21 @@ pub struct Connection<C, P> {
     grant: Option<Grant>,
     /// Server: the acceptance of shared credits has left, so raises may follow it on the wire.
     raising: bool,
+    /// Server: the call records reserved so far ([`RECORD_CHUNK`] at a time, as calls open),
+    /// and how many calls they cover. Kept until the connection goes.
+    records: Reservation,
+    records_for: u32,
 }
 
 /// Bytes a side counts for each call it may have open (§15): the call's records in the core
-/// and the runtime, before any metadata or message. Part of a connection's admission
-/// (`max_calls` of them), so opening a call reserves nothing.
+/// and the runtime, before any metadata or message. A client's admission holds `max_calls`
+/// of them; a server reserves them as calls open, [`RECORD_CHUNK`] at a time, so that an idle
+/// connection holds none.
 pub const CALL_RECORD: usize = 1024;
+
+/// Call records a server reserves at a time: when a call opens beyond those reserved, the
+/// next chunk is (§15.2), and kept while the connection lives.
+pub const RECORD_CHUNK: u32 = 8;
 
 /// Bytes a MESSAGE costs against a call's window.
 fn window_cost(len: u32) -> i64 {
@@ -506,6 +515,8 @@ where
             extensions: 0,
             grant: None,
             raising: false,
+            records: Reservation::default(),
+            records_for: 0,
         }
     }
 
@@ -1003,6 +1014,7 @@ where
             ));
         }
         self.highest_call = h.call_id;
+        let recorded = self.reserve_record();
         self.counted_calls += 1;
         let mut call = Call::new(None, self.peer.call_window, self.local.call_window);
         // A call that opens with its one message and END receives nothing more: the rule has
@@ -1010,6 +1022,14 @@ where
         let complete = h.kind == Kind::Message && h.has(flags::END);
         call.one_request = !complete && self.one_request.as_ref().is_some_and(|f| (f.0)(h.code));
         self.calls.insert(h.call_id, call);
+        if !recorded {
+            let status = WireStatus::new(
+                Code::ResourceExhausted,
+                "no memory left for this connection's call records",
+            );
+            let _ = self.end_call(h.call_id, &status, &[]);
+            return Ok(());
+        }
         if let Some(last) = self.goodbye_sent {
             if h.call_id > last {
                 // Not processed: the client may retry it elsewhere.
@@ -1020,6 +1040,22 @@ where
             }
         }
         Ok(())
+    }
+
+    /// Server: makes sure the records cover one more open call, reserving the next
+    /// [`RECORD_CHUNK`] from the connection's memory if needed; `false` when that does not fit.
+    fn reserve_record(&mut self) -> bool {
+        if self.counted_calls < self.records_for {
+            return true;
+        }
+        match self.memory.reserve(RECORD_CHUNK as usize * CALL_RECORD) {
+            Some(chunk) => {
+                self.records.absorb(chunk);
+                self.records_for += RECORD_CHUNK;
+                true
+            }
+            None => false,
+        }
     }
 
     /// A whole HEADERS, MESSAGE or END frame of an open call has arrived.

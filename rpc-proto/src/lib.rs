@@ -81,7 +81,7 @@ pub mod fuzz;
 pub use code::Code;
 pub use conn::{
     status_block, whole_request_parts, Connection, Event, Expiry, HeldReply, Keepalive, Outgoing,
-    Payload, Role, SendError, CALL_RECORD,
+    Payload, Role, SendError, CALL_RECORD, RECORD_CHUNK,
 };
 pub use credit_pool::{CreditPool, Grant};
 pub use error::Error;

@@ -6,7 +6,7 @@
 //! The rule, for a budget of `B` bytes:
 //!
 //! - **Admission.** Each connection reserves its **fixed** bytes when it is admitted: its
-//!   receive and send rings plus a **floor** ([`MemoryBudget::floor`], default 256 KiB) that
+//!   receive and send rings plus a **floor** ([`MemoryBudget::floor`], default 32 KiB) that
 //!   only it may use. A connection whose fixed bytes do not fit in `B` is refused.
 //! - **Borrowing.** Beyond its floor, a connection borrows: at most its **share**
 //!   (`min(B / 8, its protocol bound)`) and, all connections together, at most **half of
@@ -32,8 +32,10 @@ use std::sync::Arc;
 
 use rpc_sync::ByteBudget;
 
-/// The floor a connection may always use, whatever the others hold (256 KiB).
-pub const DEFAULT_FLOOR: usize = 256 << 10;
+/// The floor a connection may always use, whatever the others hold (32 KiB: a server's first
+/// chunk of call records and a few small messages; small enough that a budget of 1 GiB
+/// admits 32,768 idle connections).
+pub const DEFAULT_FLOOR: usize = 32 << 10;
 
 /// A server-wide (or client-wide) budget of bytes held for peers. Cloning shares it.
 #[derive(Debug, Clone)]

@@ -164,16 +164,20 @@ impl Endpoint {
     }
 
     /// Reserves from the memory budget what a new link's connection holds: its own rings
-    /// ([`Link::ring_bytes`]), a record per call it may have open and its floor, with a share
-    /// bounded by what its ring configuration lets a peer make it hold (PROTOCOL.md §15).
-    /// `None`: no room for it, and the link is to be refused.
+    /// ([`Link::ring_bytes`]), its floor and, for a client, a record per call it may have open
+    /// (a server's core reserves records as calls open), with a share bounded by what its ring
+    /// configuration lets a peer make it hold (PROTOCOL.md §15). `None`: no room for it, and
+    /// the link is to be refused.
     pub(crate) fn admit(&self, link: &Arc<dyn Link>) -> Option<ConnectionMemory> {
         let local = link.local_hello();
-        let calls = match self.role {
-            Role::Server => local.max_calls,
-            Role::Client => link.peer_hello().max_calls,
-        } as usize;
-        let fixed = link.ring_bytes() + calls.saturating_mul(CALL_RECORD);
+        let (calls, records) = match self.role {
+            Role::Server => (local.max_calls as usize, 0),
+            Role::Client => {
+                let calls = link.peer_hello().max_calls as usize;
+                (calls, calls.saturating_mul(CALL_RECORD))
+            }
+        };
+        let fixed = link.ring_bytes() + records;
         let per_call = local.call_window as usize + local.max_message_size as usize;
         let per_call = per_call + 16 + 2 * local.max_metadata_size as usize;
         self.memory

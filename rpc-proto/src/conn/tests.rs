@@ -1042,12 +1042,57 @@ impl<C, P> Connection<C, P> {
 
 // ----- memory (PROTOCOL.md §15) --------------------------------------------------------------
 
-/// A server core whose memory comes from a budget with no floor and a share of `share` bytes.
+/// The call records a server reserves when its first call opens, and keeps.
+const RECORDS: usize = RECORD_CHUNK as usize * CALL_RECORD;
+
+/// A server core whose memory comes from a budget with no floor and a share of `share` bytes
+/// beyond its first chunk of call records.
 fn server_with_share(share: usize) -> (Core, Core, MemoryBudget) {
     let (client, mut server) = pair();
     let budget = MemoryBudget::with_floor(1 << 20, 0);
-    server.set_memory(budget.admit_with_share(0, share).unwrap());
+    server.set_memory(budget.admit_with_share(0, share + RECORDS).unwrap());
     (client, server, budget)
+}
+
+/// A server reserves call records as calls open, a chunk at a time, not at admission: an idle
+/// connection holds none; a call that finds no memory for its record is refused
+/// RESOURCE_EXHAUSTED, and the connection goes on.
+#[test]
+fn call_records_are_reserved_as_calls_open() {
+    let wide = Hello {
+        max_calls: 16,
+        slot_count: 64,
+        ..hello()
+    };
+    let (mut client, mut server) = pair_with(wide, wide);
+    let budget = MemoryBudget::with_floor(1 << 20, 0);
+    server.set_memory(budget.admit_with_share(0, RECORDS).unwrap());
+    assert_eq!(budget.used(), 0, "an idle connection holds no records");
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let calls: Vec<u64> = (0..=RECORD_CHUNK)
+        .map(|user| {
+            let call = client.open_call(user).unwrap();
+            send(
+                &mut up,
+                &mut client,
+                call,
+                (Kind::Headers, 0, 0, &[]),
+                ADD,
+                0,
+            );
+            call
+        })
+        .collect();
+    let delivered = up.deliver(&mut server);
+    assert_eq!(delivered.len(), RECORD_CHUNK as usize, "{delivered:?}");
+    assert_eq!(budget.used(), RECORDS, "one chunk for the first eight");
+    down.flush(&mut server);
+    let answers = down.deliver(&mut client);
+    let last = *calls.last().unwrap();
+    assert!(
+        matches!(answers[..], [Ev::Ended(id, Code::ResourceExhausted, _, _)] if id == last),
+        "the ninth call finds no room for a second chunk: {answers:?}"
+    );
 }
 
 #[test]
@@ -1068,8 +1113,8 @@ fn a_segmented_message_holds_its_declared_length_until_it_is_dropped() {
     assert_eq!(own(server.on_frame(&first).unwrap()), Ev::None);
     assert_eq!(
         budget.used(),
-        3000 + MESSAGE_OVERHEAD as usize,
-        "the whole message, reserved at its first segment"
+        RECORDS + 3000 + MESSAGE_OVERHEAD as usize,
+        "the whole message, reserved at its first segment (and the call records)"
     );
     server.released(1);
     // The rest, as credits come back.
@@ -1092,7 +1137,11 @@ fn a_segmented_message_holds_its_declared_length_until_it_is_dropped() {
     let held = held.unwrap();
     assert_eq!(held.bytes(), 3000 + MESSAGE_OVERHEAD as usize);
     drop(held);
-    assert_eq!(budget.used(), 0, "the message is released with its body");
+    assert_eq!(
+        budget.used(),
+        RECORDS,
+        "the message is released with its body"
+    );
 }
 
 #[test]
@@ -1114,7 +1163,7 @@ fn a_message_beyond_the_share_is_refused_and_costs_nothing() {
         vec![],
         "refused before the call is delivered"
     );
-    assert_eq!(budget.used(), 0);
+    assert_eq!(budget.used(), RECORDS, "the call records only");
     down.flush(&mut server);
     assert_eq!(
         down.deliver(&mut client),
@@ -1172,7 +1221,7 @@ fn metadata_beyond_the_share_is_refused_and_released_with_its_call() {
     );
     assert_eq!(
         budget.used(),
-        small.len(),
+        RECORDS + small.len(),
         "the first call holds its metadata"
     );
     down.flush(&mut server);
@@ -1182,7 +1231,7 @@ fn metadata_beyond_the_share_is_refused_and_released_with_its_call() {
         "{answers:?}"
     );
     send(&mut down, &mut server, 1, (Kind::End, 0, 0, &[]), 0, 0);
-    assert_eq!(budget.used(), 0, "released when the call ends");
+    assert_eq!(budget.used(), RECORDS, "released when the call ends");
 }
 
 #[test]
@@ -1224,8 +1273,8 @@ fn a_message_stalled_in_reassembly_is_dropped_on_the_virtual_clock() {
     assert_eq!(server.poll_timeout(), None, "nothing left to time");
     assert_eq!(
         budget.used(),
-        0,
-        "the partial message and the call are released"
+        RECORDS,
+        "the partial message and the call are released (its records stay)"
     );
     down.flush(&mut server);
     let answers = down.deliver(&mut client);
