@@ -311,7 +311,7 @@ Opens --conns verbs links (4 slots of 4 KiB) to the server at ADDR:PORT from one
 have: answered UNIMPLEMENTED), answers the server's keepalive PINGs and returns its credits,
 each link driven by the protocol core. When every link is open and answered, prints (and
 writes to --out) one JSON line:
-  {\"conns\":..,\"failed\":..,\"seconds\":..,\"client_registered_bytes\":..}
+  {\"conns\":..,\"failed\":..,\"lost\":..,\"seconds\":..,\"client_registered_bytes\":..}
 then, with --hold, keeps the links open until FILE exists.
 ";
 

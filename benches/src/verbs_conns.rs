@@ -9,8 +9,9 @@
 //! the server's keepalive PINGs (the core queues the answers) and returns credits, so the
 //! connections stay up as long as the process runs. The client itself sends no keepalive.
 //!
-//! When every link is open and its call answered, it writes the result to `--out` (one JSON
-//! object) and keeps driving until the file `--hold` exists, so that the server can be
+//! A link the server closes is counted (`lost`) and forgotten. When every connect has ended
+//! (its call answered, or it failed, or its link was closed first), it writes the result to
+//! `--out` (one JSON object) and keeps driving until the file `--hold` exists, so that the server can be
 //! measured with all connections open.
 
 use std::collections::HashMap;
@@ -49,6 +50,8 @@ pub struct VerbsConnsResult {
     pub conns: usize,
     /// Connects that failed.
     pub failed: usize,
+    /// Links the server closed (a keepalive given up on an overloaded client, say).
+    pub lost: usize,
     /// Seconds from the first connect to the last call answered.
     pub seconds: f64,
     /// Bytes this process registered with its device, all links open.
@@ -59,8 +62,8 @@ impl VerbsConnsResult {
     /// The one-line JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"conns\":{},\"failed\":{},\"seconds\":{:.3},\"client_registered_bytes\":{}}}",
-            self.conns, self.failed, self.seconds, self.client_registered_bytes
+            "{{\"conns\":{},\"failed\":{},\"lost\":{},\"seconds\":{:.3},\"client_registered_bytes\":{}}}",
+            self.conns, self.failed, self.lost, self.seconds, self.client_registered_bytes
         )
     }
 }
@@ -179,18 +182,21 @@ pub fn run(args: &VerbsConnsArgs) -> Result<VerbsConnsResult, String> {
         cq,
         peers: HashMap::new(),
         answered: 0,
+        lost: 0,
+        lost_unanswered: 0,
         last_report: Instant::now(),
     };
     let result = driver.drive_until(&links_rx, |d| {
-        d.answered + failed.load(Ordering::Relaxed) as usize >= args.conns
+        d.answered + d.lost_unanswered + failed.load(Ordering::Relaxed) as usize >= args.conns
     });
     for connector in connectors {
         let _ = connector.join();
     }
     result?;
     let outcome = VerbsConnsResult {
-        conns: driver.answered,
+        conns: driver.peers.len(),
         failed: failed.load(Ordering::Relaxed) as usize,
+        lost: driver.lost,
         seconds: start.elapsed().as_secs_f64(),
         client_registered_bytes: ep.registered_bytes(),
     };
@@ -210,6 +216,9 @@ struct Driver {
     cq: Arc<dyn CompletionQueue>,
     peers: HashMap<u64, Peer>,
     answered: usize,
+    /// Links closed by the server, and those of them closed before their call was answered.
+    lost: usize,
+    lost_unanswered: usize,
     last_report: Instant,
 }
 
@@ -250,16 +259,23 @@ impl Driver {
                         }
                     }
                     Completion::Closed { link, reason } => {
-                        return Err(format!("link {link} closed: {reason}"));
+                        if let Some(peer) = self.peers.remove(&link) {
+                            self.lost += 1;
+                            self.lost_unanswered += usize::from(!peer.answered);
+                            if self.lost <= 10 {
+                                eprintln!("rpc-bench verbs-conns: link {link} closed: {reason}");
+                            }
+                        }
                     }
                 }
             }
             if self.last_report.elapsed() >= Duration::from_secs(5) {
                 self.last_report = Instant::now();
                 eprintln!(
-                    "rpc-bench verbs-conns: {} links open, {} calls answered",
+                    "rpc-bench verbs-conns: {} links open, {} calls answered, {} closed",
                     self.peers.len(),
-                    self.answered
+                    self.answered,
+                    self.lost
                 );
             }
         }
