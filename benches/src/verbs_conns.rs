@@ -184,6 +184,7 @@ pub fn run(args: &VerbsConnsArgs) -> Result<VerbsConnsResult, String> {
         answered: 0,
         lost: 0,
         lost_unanswered: 0,
+        started: start,
         last_report: Instant::now(),
     };
     let result = driver.drive_until(&links_rx, |d| {
@@ -219,6 +220,7 @@ struct Driver {
     /// Links closed by the server, and those of them closed before their call was answered.
     lost: usize,
     lost_unanswered: usize,
+    started: Instant,
     last_report: Instant,
 }
 
@@ -272,7 +274,8 @@ impl Driver {
             if self.last_report.elapsed() >= Duration::from_secs(5) {
                 self.last_report = Instant::now();
                 eprintln!(
-                    "rpc-bench verbs-conns: {} links open, {} calls answered, {} closed",
+                    "rpc-bench verbs-conns [{:.0} s]: {} links open, {} calls answered, {} closed",
+                    self.started.elapsed().as_secs_f64(),
                     self.peers.len(),
                     self.answered,
                     self.lost

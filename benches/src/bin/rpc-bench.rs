@@ -23,6 +23,14 @@ use rpc_benches::cli::{self, CliError, Command, LoadArgs, ServeArgs, System};
 use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp, stream, verbs_conns};
 
 fn main() -> ExitCode {
+    // Warnings (a connection given up on, a refused admission) to stderr; RUST_LOG for more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let command = match cli::parse(std::env::args().skip(1)) {
         Ok(command) => command,
         Err(CliError::Help(usage)) => {

@@ -51,7 +51,8 @@ pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most keepalive PINGs an endpoint (a server with all its connections, or a client) sends
 /// a second: past 1,000 connections each one's keepalive interval stretches to `connections /
 /// 1,000` seconds ([`Keepalive::paced`](crate::protocol::v2::Keepalive::paced)), and so does
-/// the time to detect a silent peer (that interval plus the keepalive timeout).
+/// the time to detect a silent peer (that interval plus the keepalive timeout, itself at
+/// least the stretched interval).
 pub const KEEPALIVE_PINGS_PER_SECOND: u32 = 1000;
 
 /// Counts one wake-up the runtime issues (kept in `rpc_sync`, below the transports, so that

@@ -30,17 +30,21 @@ pub struct Keepalive {
 impl Keepalive {
     /// This keepalive on one of `connections` connections of an endpoint that sends at most
     /// `pings_per_second` keepalive PINGs in all: the interval stretches to `connections /
-    /// pings_per_second` seconds when that is longer (the timeout stays). Each connection
-    /// PINGs at most once per interval of silence, so an endpoint's idle connections cost it
-    /// at most that many PINGs a second, however many there are, and a silent peer is
-    /// detected within the stretched interval plus the timeout.
+    /// pings_per_second` seconds when that is longer, and the timeout to at least that
+    /// interval (the endpoint looks at each connection less often, so a PING's answer gets as
+    /// much more time). Each connection PINGs at most once per interval of silence, so an
+    /// endpoint's idle connections cost it at most that many PINGs a second, however many
+    /// there are, and a silent peer is detected within the two.
     pub fn paced(self, connections: usize, pings_per_second: u32) -> Keepalive {
         let spread =
             Duration::from_secs_f64(connections as f64 / f64::from(pings_per_second.max(1)));
-        Keepalive {
-            interval: self.interval.max(spread),
-            timeout: self.timeout,
-        }
+        let interval = self.interval.max(spread);
+        let timeout = if interval > self.interval {
+            self.timeout.max(interval)
+        } else {
+            self.timeout
+        };
+        Keepalive { interval, timeout }
     }
 }
 
