@@ -294,6 +294,9 @@ pub struct InteropClientArgs {
     pub cases: Vec<Case>,
     /// Each case's deadline (`--case_timeout_s`, default 10 s).
     pub case_timeout: Duration,
+    /// `--extensions=false`: speak plain protocol version 2, offering no extension
+    /// (PROTOCOL.md §22), as a peer that knows none would.
+    pub extensions: bool,
 }
 
 /// The default of `interop-client --case_timeout_s`: 10 s per case.
@@ -389,6 +392,7 @@ impl InteropClientArgs {
                 TEST_CASE,
                 USE_TLS,
                 CASE_TIMEOUT,
+                EXTENSIONS,
             ],
         )?;
         if flags.boolean(USE_TLS)? == Some(true) {
@@ -441,11 +445,13 @@ impl InteropClientArgs {
             Some(value) => parse_cases(&value)?,
         };
         let case_timeout = flags.seconds(CASE_TIMEOUT, DEFAULT_CASE_TIMEOUT, MAX_CASE_TIMEOUT_S)?;
+        let extensions = flags.boolean(EXTENSIONS)?.unwrap_or(true);
         Ok(InteropClientArgs {
             connect,
             transport,
             cases,
             case_timeout,
+            extensions,
         })
     }
 
@@ -456,7 +462,7 @@ impl InteropClientArgs {
         format!(
             "usage: {program} (--connect ADDR:PORT | [--server_host H] --server_port N)\n\
              \x20      [--transport tcp|verbs|auto|grpc] [--test_case all|NAME[,NAME...]]\n\
-             \x20      [--case_timeout_s S] [--use_tls=false]\n\n\
+             \x20      [--case_timeout_s S] [--use_tls=false] [--extensions=false]\n\n\
              Runs gRPC's interop test cases against a grpc.testing.TestService server and\n\
              prints `case NAME: PASS` or `case NAME: FAIL reason` for each, then\n\
              `summary: N passed, M failed`. Exit status: 0 if every case passed, 1 if one\n\
@@ -474,6 +480,8 @@ impl InteropClientArgs {
              \x20 --case_timeout_s S     each case's deadline in seconds; every call of the case\n\
              \x20                        gets what is left of it [default: 10]\n\
              {USE_TLS_HELP}\
+             \x20 --extensions BOOL      false: offer no protocol extension (plain version 2)\n\
+             \x20                        [default: true]\n\
              \x20 -h, --help             print this help\n"
         )
     }
@@ -608,6 +616,10 @@ const TEST_CASE: Opt = Opt {
 const CASE_TIMEOUT: Opt = Opt {
     name: "case_timeout_s",
     value: "SECONDS",
+};
+const EXTENSIONS: Opt = Opt {
+    name: "extensions",
+    value: "false",
 };
 
 /// The options given, each with its value.
@@ -946,6 +958,9 @@ mod tests {
         assert_eq!(a.cases.len(), 14);
         let a = interop_client("--connect 192.0.2.2:9").unwrap();
         assert_eq!(a.transport, InteropTransport::Rpc(Transport::Auto));
+        assert!(a.extensions, "extensions are offered unless told otherwise");
+        let a = interop_client("--connect 192.0.2.2:9 --extensions=false").unwrap();
+        assert!(!a.extensions, "a plain version-2 client");
         let a = interop_client("--connect h:9 --transport GRPC").unwrap();
         assert_eq!(a.transport, InteropTransport::Grpc);
         assert_eq!(a.transport.to_string(), "grpc");

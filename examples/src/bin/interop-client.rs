@@ -4,7 +4,7 @@
 //! ```text
 //! interop-client (--connect ADDR:PORT | [--server_host H] --server_port N)
 //!                [--transport tcp|verbs|auto|grpc] [--test_case all|NAME[,NAME...]]
-//!                [--case_timeout_s S] [--use_tls=false]
+//!                [--case_timeout_s S] [--use_tls=false] [--extensions=false]
 //! ```
 //!
 //! All cases share one connection. Each case has a deadline (`--case_timeout_s`, default
@@ -44,6 +44,7 @@ fn main() -> ExitCode {
 
     let client = match rpc_core::Client::builder()
         .transport(transport)
+        .extensions(args.extensions)
         .connect(&args.connect)
     {
         Ok(client) => client,

@@ -91,6 +91,8 @@ pub(crate) struct Endpoint {
     memory: MemoryBudget,
     /// A message in reassembly that makes no progress for this long is dropped.
     stall_timeout: Option<Duration>,
+    /// Client: offer the protocol extensions on each connection (PROTOCOL.md §22).
+    offer_extensions: bool,
 }
 
 /// How an endpoint's poller thread runs.
@@ -106,6 +108,8 @@ pub(crate) struct PollerSettings {
     pub(crate) memory: MemoryBudget,
     /// A message in reassembly that makes no progress for this long is dropped.
     pub(crate) stall_timeout: Option<Duration>,
+    /// Client: offer the protocol extensions on each connection (PROTOCOL.md §22).
+    pub(crate) offer_extensions: bool,
 }
 
 impl Endpoint {
@@ -124,6 +128,7 @@ impl Endpoint {
             context,
             memory,
             stall_timeout,
+            offer_extensions,
         } = settings;
         let ep = Arc::new(Endpoint {
             duty: PollDuty::new(cq.needs_polling()),
@@ -149,6 +154,7 @@ impl Endpoint {
             keepalive,
             memory,
             stall_timeout,
+            offer_extensions,
         });
         let runner = Arc::clone(&ep);
         let handle = std::thread::Builder::new()
@@ -202,8 +208,8 @@ impl Endpoint {
             self.dispatch.clone(),
             Arc::clone(&self.counters),
             memory,
-            self.keepalive,
-            self.stall_timeout,
+            (self.keepalive, self.stall_timeout),
+            self.offer_extensions,
         );
         {
             let mut links = self.links.write();

@@ -59,6 +59,7 @@ pub struct ClientBuilder {
     keepalive: Option<Keepalive>,
     memory_budget: Option<usize>,
     stall_timeout: Option<Duration>,
+    extensions: bool,
     interceptor: Option<SharedInterceptor>,
     grpc_tls: Option<GrpcTls>,
 }
@@ -90,6 +91,7 @@ impl Default for ClientBuilder {
             keepalive: Some(Keepalive::default()),
             memory_budget: None,
             stall_timeout: Some(super::DEFAULT_STALL_TIMEOUT),
+            extensions: true,
             interceptor: None,
             grpc_tls: None,
         }
@@ -112,6 +114,14 @@ impl ClientBuilder {
     /// or the timeout, or fail the call with a status (nothing is sent then).
     pub fn interceptor(mut self, interceptor: impl Interceptor) -> Self {
         self.interceptor = Some(SharedInterceptor(Arc::new(interceptor)));
+        self
+    }
+
+    /// Whether the connection offers the protocol extensions (PROTOCOL.md §22: whole requests,
+    /// shared credits; default true). `false` speaks plain version 2, as a peer that knows no
+    /// extension does: for interoperability tests.
+    pub fn extensions(mut self, offer: bool) -> Self {
+        self.extensions = offer;
         self
     }
 
@@ -240,6 +250,7 @@ impl ClientBuilder {
                         .unwrap_or_else(super::default_memory_budget),
                 ),
                 stall_timeout: self.stall_timeout,
+                offer_extensions: self.extensions,
             },
         )?;
         let native = Native {

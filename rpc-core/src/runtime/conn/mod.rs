@@ -90,8 +90,8 @@ impl Conn {
         dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
         memory: ConnectionMemory,
-        keepalive: Option<Keepalive>,
-        stall_timeout: Option<Duration>,
+        (keepalive, stall_timeout): (Option<Keepalive>, Option<Duration>),
+        offer_extensions: bool,
     ) -> Arc<Conn> {
         let local = link.local_hello();
         let peer = link.peer_hello();
@@ -106,7 +106,9 @@ impl Conn {
         core.queue_beyond_max_calls(role == Role::Client);
         // Whole requests spare a frame per call that carries metadata; a server without
         // them just echoes the offer.
-        core.offer_extensions();
+        if offer_extensions {
+            core.offer_extensions();
+        }
         // The core holds a unary-request call's message until its half-close, and ends the
         // call INTERNAL if a second comes or none (PROTOCOL.md §16.1).
         if let Some(dispatch) = &dispatch {

@@ -361,6 +361,7 @@ impl ServerBuilder {
                         .unwrap_or_else(super::default_memory_budget),
                 ),
                 stall_timeout: self.stall_timeout,
+                offer_extensions: false,
             },
         )?;
         let local_addr = acceptor.local_addr();
