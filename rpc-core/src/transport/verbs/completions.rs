@@ -119,7 +119,7 @@ impl CqShared {
         if let Some(shared) = self.shared.get() {
             return Ok(shared.clone());
         }
-        let shared = SharedPools::new((&res.pd, &res.cqs), config, send_slot_size)?;
+        let shared = SharedPools::new(&res.pd, config, send_slot_size)?;
         let _ = self.shared.set(shared.clone());
         Ok(shared)
     }

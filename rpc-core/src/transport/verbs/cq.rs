@@ -7,8 +7,8 @@
 //! **Shards.** One CQ holds at most the device's `max_cqe` entries (32,767 on rdma_rxe), and a
 //! link with rings of its own reserves two per slot: one CQ would cap an endpoint at 255
 //! links of 64 slots. So a link reserves its entries on the first shard with room for them,
-//! and a new shard is created when none has; an endpoint's shared rings get a CQ of their own
-//! ([`CqShards::dedicated`]). Shards are never destroyed before the endpoint: a shard emptied
+//! and a new shard is created when none has; each receive shard of a server's shared rings
+//! gets a CQ of its own ([`CqShards::dedicated`]). Shards are never destroyed before the endpoint: a shard emptied
 //! by closed links is reused by the next ones.
 //!
 //! Channel events are fetched with `ibv_get_cq_event` and acknowledged, on the shard they

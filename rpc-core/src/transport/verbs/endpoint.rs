@@ -88,9 +88,8 @@ impl Core {
                 res.device.name()
             )));
         }
-        // The shared rings' links send on the send slots' CQ and receive on their shard's.
-        let shared_cqs = (shared.as_ref())
-            .map(|(pools, shard, _)| (pools.send_cq().clone(), shard.cq().clone()));
+        // The shared rings' links send and receive on their shard's CQ.
+        let shared_cq = shared.as_ref().map(|(_, shard, _)| shard.cq().clone());
         let (recv, send, grant, local_hello) = match shared {
             Some((pools, shard, grant)) => {
                 let hello = Hello {
@@ -110,18 +109,18 @@ impl Core {
         };
         // Completion entries: two per slot on a CQ shard with room, or none on the shared
         // rings' CQs (they reserved theirs).
-        let (send_cq, recv_cq, reservation) = match shared_cqs {
-            Some((send_cq, recv_cq)) => (send_cq, recv_cq, None),
+        let (cq, reservation) = match shared_cq {
+            Some(cq) => (cq, None),
             None => {
                 let (cq, reservation) = res.cqs.reserve(ring.slot_count.saturating_mul(2))?;
-                (cq.clone(), cq, Some(reservation))
+                (cq, Some(reservation))
             }
         };
         let srq = match &recv {
             RecvRing::Shared(shared) => Some(shared.srq()),
             RecvRing::Own(_) => None,
         };
-        let qp = Qp::new(id, &res.pd, (&send_cq, &recv_cq), ring.slot_count, srq)?;
+        let qp = Qp::new(id, &res.pd, &cq, ring.slot_count, srq)?;
         LinkInner::new(LinkParts {
             qp,
             recv,

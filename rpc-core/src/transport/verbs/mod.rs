@@ -114,8 +114,9 @@
 //! nothing (the shared receive queue and send slots are registered once per endpoint); a
 //! failed registration says so and shows the current `ulimit -l`. Completion queues hold at
 //! most 32,767 entries each on rdma_rxe: a link with rings of its own reserves
-//! `2 × slot_count` entries on a shard with room (a new shard when none has), and the shared
-//! rings have a queue of their own, with an entry per shared slot and none per link.
+//! `2 × slot_count` entries on a shard with room (a new shard when none has), and each receive
+//! shard of a server's shared rings has a queue of its own, with an entry per slot of the shard
+//! and per shared send slot, and none per link.
 
 // Ownership: one RAII owner per verbs object and the calls made on it; no policy.
 mod cm;

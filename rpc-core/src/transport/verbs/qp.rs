@@ -59,7 +59,7 @@ pub(super) struct Qp {
     max_inline: u32,
     // Dependencies, released after the QP is destroyed.
     id: Arc<CmId>,
-    _cqs: [Arc<RawCq>; 2],
+    _cq: Arc<RawCq>,
     _pd: Arc<Pd>,
     _srq: Option<Arc<Srq>>,
 }
@@ -76,7 +76,7 @@ impl Qp {
     pub(super) fn new(
         id: Arc<CmId>,
         pd: &Arc<Pd>,
-        (send_cq, recv_cq): (&Arc<RawCq>, &Arc<RawCq>),
+        cq: &Arc<RawCq>,
         depth: u32,
         srq: Option<&Arc<Srq>>,
     ) -> Result<Qp, Error> {
@@ -84,8 +84,8 @@ impl Qp {
         for inline in [INLINE_REQUEST, 0] {
             let mut attr = ibv_qp_init_attr {
                 qp_context: std::ptr::null_mut(),
-                send_cq: send_cq.raw(),
-                recv_cq: recv_cq.raw(),
+                send_cq: cq.raw(),
+                recv_cq: cq.raw(),
                 srq: srq.map_or(std::ptr::null_mut(), |srq| srq.raw()),
                 cap: ibv_qp_cap {
                     max_send_wr: depth,
@@ -114,7 +114,7 @@ impl Qp {
                     raw,
                     max_inline: attr.cap.max_inline_data,
                     id,
-                    _cqs: [send_cq.clone(), recv_cq.clone()],
+                    _cq: cq.clone(),
                     _pd: pd.clone(),
                     _srq: srq.cloned(),
                 });

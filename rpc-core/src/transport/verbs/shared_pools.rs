@@ -8,8 +8,9 @@
 //! whatever the number of connections. A connection stays on its shard: its QP takes its
 //! receives from that SRQ.
 //!
-//! **Send slots.** One [`SharedSend`] pool for every link, with a completion queue of its own
-//! that every link's QP sends on (its receives complete on its shard's queue).
+//! **Send slots.** One [`SharedSend`] pool for every link. A link's QP sends and receives on
+//! its shard's completion queue, which reserves an entry per send slot too: at most that many
+//! SENDs are in flight, whichever shards their links are on.
 //!
 //! Shards are added by the acceptor thread only, so `adding` serializes nothing on the data
 //! path; the list is read on admission and when a receive of a released link is re-posted.
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use rpc_proto::Grant;
 use rpc_sync::{Mutex, RwLock};
 
-use super::cq::{CqShards, RawCq};
+use super::cq::CqShards;
 use super::device::Pd;
 use super::shared_recv::SharedRecv;
 use super::shared_send::SharedSend;
@@ -34,37 +35,29 @@ pub(super) struct SharedPools {
     /// Held while a shard is created, so that two admissions do not both add one.
     adding: Mutex<()>,
     send: Arc<SharedSend>,
-    send_cq: Arc<RawCq>,
 }
 
 impl SharedPools {
-    /// The send slots (`config.send_slots` of `send_slot_size` bytes, registered on `pd`) and
-    /// their completion queue among `cqs`; receive shards come with the first admissions.
+    /// The send slots (`config.send_slots` of `send_slot_size` bytes, registered on `pd`);
+    /// receive shards come with the first admissions.
     pub(super) fn new(
-        (pd, cqs): (&Arc<Pd>, &CqShards),
+        pd: &Arc<Pd>,
         config: SharedRings,
         send_slot_size: u32,
     ) -> Result<Arc<SharedPools>, Error> {
         config.validate()?;
-        let (send_cq, reservation) = cqs.dedicated(config.send_slots)?;
-        let send = SharedSend::new(pd, config.send_slots, send_slot_size, reservation)?;
+        let send = SharedSend::new(pd, config.send_slots, send_slot_size)?;
         Ok(Arc::new(SharedPools {
             config,
             recv: RwLock::new(Vec::new()),
             adding: Mutex::new(()),
             send,
-            send_cq,
         }))
     }
 
     /// The shared send slots.
     pub(super) fn send(&self) -> &Arc<SharedSend> {
         &self.send
-    }
-
-    /// The completion queue every link of these pools sends on.
-    pub(super) fn send_cq(&self) -> &Arc<RawCq> {
-        &self.send_cq
     }
 
     /// Admits a new link: the first shard with room for its base grant, and the grant; a new
@@ -94,7 +87,8 @@ impl SharedPools {
         }
         let c = self.config;
         let numbers = (c.recv_slots, c.base_grant, c.max_grant);
-        let shard = SharedRecv::new(pd, cqs, index, numbers, c.recv_slot_size)?;
+        let sizes = (c.recv_slot_size, c.send_slots);
+        let shard = SharedRecv::new(pd, cqs, index, numbers, sizes)?;
         let grant = shard.admit().ok_or_else(|| Error::Verbs {
             call: "accept",
             reason: "a new shared receive shard has no room for one base grant".into(),

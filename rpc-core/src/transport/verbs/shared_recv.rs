@@ -58,7 +58,9 @@ impl SharedRecv {
 
     /// Creates shard `index`: the SRQ and its region on `pd` for a pool of `slots` slots of
     /// `slot_size` bytes (plus the headroom), granted `base` to each link and at most
-    /// `max_grant`, and a CQ of its own among `cqs` for them; posts every slot. (The numbers of a validated
+    /// `max_grant`, and a CQ of its own among `cqs` for them and for `sends` SENDs of its
+    /// links in flight (one CQ per link: a reply's send completion and the next request come
+    /// in one poll); posts every slot. (The numbers of a validated
     /// `transport::SharedRings`: that module names this one's buffers, so it is not named
     /// here.)
     pub(super) fn new(
@@ -66,10 +68,10 @@ impl SharedRecv {
         cqs: &CqShards,
         index: u32,
         (slots, base, max_grant): (u32, u32, u32),
-        slot_size: u32,
+        (slot_size, sends): (u32, u32),
     ) -> Result<Arc<SharedRecv>, Error> {
         let posted = Self::posted(slots);
-        let (cq, reservation) = cqs.dedicated(posted)?;
+        let (cq, reservation) = cqs.dedicated(posted.saturating_add(sends))?;
         let region = Region::new(pd, posted, slot_size)?;
         let srq = Arc::new(Srq::new(pd, posted)?);
         let shared = Arc::new(SharedRecv {
@@ -100,7 +102,7 @@ impl SharedRecv {
         &self.srq
     }
 
-    /// The CQ the receives of this shard's links complete on.
+    /// The CQ this shard's links complete on, receives and sends.
     pub(super) fn cq(&self) -> &Arc<RawCq> {
         &self.cq
     }

@@ -13,14 +13,14 @@
 //! given back is kept for it, and the poller reports a `SendDone` for it (see
 //! `LinkTable::push_send_ready`), on which its connection tries again and gets that slot. So
 //! waiting links are served in turn, however busy the others are; a released link's kept
-//! slots pass to the next waiters. The pool's completion
-//! entries are reserved once: at most `slots` SENDs of all links together are in flight.
+//! slots pass to the next waiters. At most `slots` SENDs of all links together are in flight,
+//! so every receive shard's CQ, which its links send on too, reserves `slots` entries for
+//! them (see `shared_pools`).
 
 use std::sync::Arc;
 
 use rpc_sync::SlotPool;
 
-use super::cq::CqeReservation;
 use super::device::Pd;
 use super::mr::Region;
 use crate::Error;
@@ -29,24 +29,16 @@ use crate::Error;
 /// of this, so the region outlives every QP that could still read from it.
 pub(super) struct SharedSend {
     region: Region,
-    _reservation: CqeReservation,
     slots: SlotPool,
 }
 
 impl SharedSend {
-    /// Registers `slots` slots of `slot_size` bytes on `pd`; `reservation` holds their
-    /// completion entries on their links' CQ.
-    pub(super) fn new(
-        pd: &Arc<Pd>,
-        slots: u32,
-        slot_size: u32,
-        reservation: CqeReservation,
-    ) -> Result<Arc<SharedSend>, Error> {
+    /// Registers `slots` slots of `slot_size` bytes on `pd`.
+    pub(super) fn new(pd: &Arc<Pd>, slots: u32, slot_size: u32) -> Result<Arc<SharedSend>, Error> {
         let region = Region::new(pd, slots, slot_size)?;
         tracing::debug!(slots, slot_size, "verbs: shared send slots ready");
         Ok(Arc::new(SharedSend {
             region,
-            _reservation: reservation,
             slots: SlotPool::new(slots),
         }))
     }
