@@ -16,9 +16,10 @@
 //!
 //! **Send ring.** `slot_count` slots in one registered region; free slots sit in a lock-free
 //! queue. (A link of a shared receive queue has no send ring: it takes up to `slot_count`
-//! slots at a time from the endpoint's [`SharedSend`], signals the last SEND of every post so
-//! that no slot stays unreturned on an idle link, and is told through the link table when a
-//! slot it waited for is free.) A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
+//! slots at a time from the endpoint's [`SharedSend`]. An inline SEND's slot goes back right
+//! after the post, which copied the frame; the last SEND of a post that leaves slots waiting
+//! for their completion is signalled, so that no slot stays with an idle link. A link that
+//! waited for a slot is told through the link table when one is free.) A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
 //! completion that covers it. Signalling is selective: every `signal_every`-th SEND (three
 //! quarters of the ring) is signalled, and so is every SEND posted while fewer than
 //! `low_water` slots (a quarter) are free, so an exhausted pool always has a signalled SEND
@@ -63,14 +64,24 @@ use crate::Error;
 /// The link table of an endpoint.
 pub(super) type Links = LinkTable<LinkInner>;
 
+/// The slot a shared-ring link's inline SEND names in its wr_id: none (its slot went back to the
+/// pool once the post copied the frame), and in `SendState::inflight` the mark of a signalled
+/// inline SEND, whose completion covers what was posted before it.
+const INLINE_SLOT: u32 = u32::MAX;
+
 struct SendState {
     /// Posted since the last signalled SEND.
     unsignaled: u32,
-    /// Posted (or held in `held`) slots in posting order, not yet covered by a completion.
+    /// Posted (or held in `held`) slots in posting order, not yet covered by a completion
+    /// (and [`INLINE_SLOT`] marks).
     inflight: VecDeque<u32>,
     /// SENDs of `post_send_batched` not posted yet (at most one per send slot: the capacity
-    /// is reserved up front). They are the tail of `inflight`.
+    /// is reserved up front). The entries they pushed are the tail of `inflight`.
     held: Vec<SendWr>,
+    /// Entries the held SENDs pushed to `inflight`.
+    held_inflight: usize,
+    /// Shared send slots of held inline SENDs: free again once the post copied them.
+    copied_at_post: Vec<u32>,
 }
 
 /// Where a link's receives land.
@@ -206,6 +217,8 @@ impl LinkInner {
                 unsignaled: 0,
                 inflight: VecDeque::with_capacity(count as usize),
                 held: Vec::with_capacity(count as usize),
+                held_inflight: 0,
+                copied_at_post: Vec::with_capacity(count as usize),
             }),
             reposted: Reposts::new(),
             closing: Flag::new(false),
@@ -393,7 +406,8 @@ impl LinkInner {
         link.close_with(reason);
     }
 
-    /// A completion covering send slot `slot`: frees it and every earlier unsignalled slot.
+    /// A completion covering send slot `slot` (or the earliest signalled inline SEND, for
+    /// [`INLINE_SLOT`]): frees it and every earlier unsignalled slot.
     pub(super) fn sends_completed_through(&self, slot: u32) {
         let mut state = self.send_state.lock();
         if !state.inflight.contains(&slot) {
@@ -405,7 +419,9 @@ impl LinkInner {
             return;
         }
         while let Some(s) = state.inflight.pop_front() {
-            self.free_send(s);
+            if s != INLINE_SLOT {
+                self.free_send(s);
+            }
             if s == slot {
                 break;
             }
@@ -430,29 +446,43 @@ impl LinkInner {
 
     /// Queues the SEND of `len` bytes of `send`'s slot behind those held (signalled and
     /// inline as `post_send` decides), to go out at the next [`LinkInner::post_held`].
+    ///
+    /// A shared-ring link's inline SEND does not keep its slot: the post copies the frame, so
+    /// the slot goes back to the pool right after it, and the SEND is signalled only as often
+    /// as the send queue needs (every `signal_every`-th), not for its slot. So a small reply
+    /// costs no completion.
     fn hold(&self, state: &mut SendState, mut send: VerbsSend, len: usize) {
-        let low = match &self.send {
-            SendRing::Own { free, .. } => free.len() < self.low_water as usize,
-            // The tail of every post is signalled (`post_held`).
-            SendRing::Shared { .. } => false,
+        let (low, shared) = match &self.send {
+            SendRing::Own { free, .. } => (free.len() < self.low_water as usize, false),
+            // The tail of every post that holds slots is signalled (`post_held`).
+            SendRing::Shared { .. } => (false, true),
         };
         let signal = state.unsignaled + 1 >= self.signal_every || low;
+        let inline = len > 0 && len <= self.qp.max_inline() as usize;
         let mut flags = 0;
         if signal {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
-        if len > 0 && len <= self.qp.max_inline() as usize {
+        if inline {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
+        let copied = shared && inline;
+        let named = if copied { INLINE_SLOT } else { send.slot };
         let region = self.send.region();
         state.held.push(SendWr {
-            wr_id: wr_id(true, self.key, send.slot),
+            wr_id: wr_id(true, self.key, named),
             addr: region.slot_addr(send.slot),
             len: len as u32,
             lkey: region.lkey(),
             flags,
         });
-        state.inflight.push_back(send.slot);
+        if copied {
+            state.copied_at_post.push(send.slot);
+        }
+        if !copied || signal {
+            state.inflight.push_back(named);
+            state.held_inflight += 1;
+        }
         state.unsignaled = if signal { 0 } else { state.unsignaled + 1 };
         send.posted = true;
     }
@@ -463,8 +493,18 @@ impl LinkInner {
         if state.held.is_empty() {
             return Ok(());
         }
-        if let (SendRing::Shared { .. }, Some(last)) = (&self.send, state.held.last_mut()) {
-            last.flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // A shared-ring link signals the tail of a post that leaves slots waiting for a
+        // completion, so that no slot stays with an idle link.
+        let waiting = state.held_inflight > 0 && state.inflight.back() != Some(&INLINE_SLOT);
+        if let (SendRing::Shared { .. }, true) = (&self.send, waiting) {
+            let last = state.held.last_mut().expect("held");
+            if last.flags & ibv_send_flags::IBV_SEND_SIGNALED.0 == 0 {
+                last.flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+                if (last.wr_id as u32) == INLINE_SLOT {
+                    state.inflight.push_back(INLINE_SLOT);
+                    state.held_inflight += 1;
+                }
+            }
             state.unsignaled = 0;
         }
         let result = if self.is_closing() {
@@ -475,12 +515,18 @@ impl LinkInner {
         if result.is_err() {
             // Whatever was not posted never completes: give its slots back. (A failed post
             // closes the link; the ones posted before it complete flushed.)
-            for _ in 0..state.held.len() {
-                if let Some(slot) = state.inflight.pop_back() {
-                    self.free_send(slot);
+            for _ in 0..state.held_inflight {
+                match state.inflight.pop_back() {
+                    Some(INLINE_SLOT) | None => {}
+                    Some(slot) => self.free_send(slot),
                 }
             }
         }
+        // Copied into the work requests (or never to be sent): free again.
+        for slot in state.copied_at_post.drain(..) {
+            self.free_send(slot);
+        }
+        state.held_inflight = 0;
         state.held.clear();
         result
     }

@@ -4,10 +4,11 @@
 //! links (an idle link holds no send slot).
 //!
 //! A link takes a slot when it has a frame to send and gives it back at the completion that
-//! covers it. A link whose SENDs all complete unsignalled would keep its slots until its next
-//! signalled one, maybe forever on an idle link; so such links signal the last SEND of every
-//! post (see the `link` module), and a slot is back in the pool one completion after its
-//! frame left.
+//! covers it, or right after the post for a frame sent inline (the post copied it). A link
+//! whose SENDs all complete unsignalled would keep its slots until its next signalled one,
+//! maybe forever on an idle link; so such links signal the last SEND of every post that
+//! leaves a slot waiting (see the `link` module), and a slot is back in the pool one
+//! completion after its frame left. Small frames (a 64 B reply) thus cost no completion.
 //!
 //! A link that finds the pool empty is put on the [`SlotPool`]'s waiting list; the next slot
 //! given back is kept for it, and the poller reports a `SendDone` for it (see
