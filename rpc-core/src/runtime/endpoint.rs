@@ -497,7 +497,7 @@ impl Endpoint {
     fn run(self: Arc<Self>, role: Role) {
         let mut last_work = Instant::now();
         let mut next_tick = last_work + DEADLINE_TICK;
-        let (_, conn_tick_every) = self.paced();
+        let (_, conn_tick_every) = self.paced(self.conns().len());
         let mut next_conn_tick = conn_tick_every.map(|t| last_work + t);
         let (mut worked, mut busy_batches) = (false, 0u32);
         while !self.stop.is_raised() {

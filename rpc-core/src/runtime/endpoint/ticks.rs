@@ -28,14 +28,13 @@ impl Endpoint {
         self.tick_due(now, next_deadline_tick, next_conn_tick);
     }
 
-    /// The keepalive of each connection now, and how often every connection gets the time:
-    /// the endpoint's keepalive paced to [`KEEPALIVE_PINGS_PER_SECOND`] for its number of
+    /// The keepalive of each of `connections` connections, and how often every connection
+    /// gets the time: the endpoint's keepalive paced to [`KEEPALIVE_PINGS_PER_SECOND`] for its number of
     /// connections, looked at 4 times per interval; stalled reassembly 4 times per stall
     /// timeout (at most a second apart). Past 1,000 connections both stretch by
     /// `connections / 1,000`: a silent peer or a stall is found that much later, but the tick
     /// costs at most about 4,000 connection steps a second, however many connections.
-    pub(super) fn paced(&self) -> (Option<Keepalive>, Option<Duration>) {
-        let connections = self.conns().len();
+    pub(super) fn paced(&self, connections: usize) -> (Option<Keepalive>, Option<Duration>) {
         let keepalive = (self.keepalive).map(|k| k.paced(connections, KEEPALIVE_PINGS_PER_SECOND));
         let stretch = (connections as u32 / KEEPALIVE_PINGS_PER_SECOND).max(1);
         let every = [
@@ -59,7 +58,8 @@ impl Endpoint {
         if deadlines {
             *next_deadline_tick = now + DEADLINE_TICK;
         }
-        let (keepalive, every) = self.paced();
+        let conns = self.conns();
+        let (keepalive, every) = self.paced(conns.len());
         let every_conn = match (*next_conn_tick, every) {
             (Some(at), Some(every)) if now >= at => {
                 *next_conn_tick = Some(now + every);
@@ -71,7 +71,7 @@ impl Endpoint {
             return;
         }
         let server = self.role == Role::Server;
-        for conn in self.conns().iter() {
+        for conn in conns.iter() {
             if every_conn || !server || conn.deadlines_pending() {
                 conn.submit(Work::Timeout(now, keepalive));
             }
