@@ -6,14 +6,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::primitive::Mutex;
 
-struct PoolState {
-    free: Vec<u32>,
+struct PoolState<T> {
+    free: Vec<T>,
     /// Holders that found the pool empty, oldest first; each at most once.
-    waiters: VecDeque<u32>,
-    waiting: HashSet<u32>,
+    waiters: VecDeque<u64>,
+    waiting: HashSet<u64>,
     /// Slots given back while holders waited, each kept for the waiter it was handed to
     /// until that one takes it (or is forgotten).
-    handed: HashMap<u32, Vec<u32>>,
+    handed: HashMap<u64, Vec<T>>,
 }
 
 /// Slots `0..count`, taken and given back from any thread. A [`SlotPool::take`] that finds
@@ -25,18 +25,28 @@ struct PoolState {
 /// name (the loom model `slot_pool_never_strands_a_waiter`). The waiting list holds each name
 /// once, so it never outgrows the number of holders; a holder that goes away is
 /// [`SlotPool::forget`]ten, and the slots kept for it pass on.
-pub struct SlotPool {
-    count: u32,
-    state: Mutex<PoolState>,
+///
+/// A slot is a `T`: a number by default, or the slot itself (a buffer) when slots are
+/// interchangeable things rather than places.
+pub struct SlotPool<T = u32> {
+    count: usize,
+    state: Mutex<PoolState<T>>,
 }
 
-impl SlotPool {
+impl SlotPool<u32> {
     /// A pool of slots `0..count`, all free.
-    pub fn new(count: u32) -> SlotPool {
+    pub fn new(count: u32) -> SlotPool<u32> {
+        SlotPool::with_slots((0..count).rev().collect())
+    }
+}
+
+impl<T> SlotPool<T> {
+    /// A pool of `slots`, all free (the last one is taken first).
+    pub fn with_slots(slots: Vec<T>) -> SlotPool<T> {
         SlotPool {
-            count,
+            count: slots.len(),
             state: Mutex::new(PoolState {
-                free: (0..count).rev().collect(),
+                free: slots,
                 waiters: VecDeque::new(),
                 waiting: HashSet::new(),
                 handed: HashMap::new(),
@@ -45,14 +55,14 @@ impl SlotPool {
     }
 
     /// How many slots the pool has.
-    pub fn count(&self) -> u32 {
+    pub fn count(&self) -> usize {
         self.count
     }
 
     /// A slot kept for `waiter`, else a free slot; or `None`, with `waiter` put on the
     /// waiting list (once, however often it asks) so that a later [`SlotPool::give`] hands it
     /// one.
-    pub fn take(&self, waiter: u32) -> Option<u32> {
+    pub fn take(&self, waiter: u64) -> Option<T> {
         let mut state = self.state.lock();
         if let Some(kept) = state.handed.get_mut(&waiter) {
             let slot = kept.pop();
@@ -72,9 +82,8 @@ impl SlotPool {
 
     /// Gives `slot` back: kept for the longest-waiting holder, now off the list, whose name
     /// is returned for the caller to tell it; free if nobody waits.
-    pub fn give(&self, slot: u32) -> Option<u32> {
+    pub fn give(&self, slot: T) -> Option<u64> {
         let mut state = self.state.lock();
-        debug_assert!(slot < self.count, "slot {slot} is not of this pool");
         let Some(waiter) = state.waiters.pop_front() else {
             state.free.push(slot);
             return None;
@@ -86,7 +95,7 @@ impl SlotPool {
 
     /// Forgets `holder` (it goes away): off the waiting list, and the slots kept for it given
     /// back; returns the waiters they were handed to, for the caller to tell.
-    pub fn forget(&self, holder: u32) -> Vec<u32> {
+    pub fn forget(&self, holder: u64) -> Vec<u64> {
         let kept = {
             let mut state = self.state.lock();
             if state.waiting.remove(&holder) {
@@ -105,7 +114,7 @@ impl SlotPool {
     }
 }
 
-impl std::fmt::Debug for SlotPool {
+impl<T> std::fmt::Debug for SlotPool<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotPool")
             .field("count", &self.count)

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpc_core::{Client, Code, Request, Response, RingConfig, Server, Status, TransportKind};
+use rpc_core::{
+    Client, Code, Request, Response, RingConfig, Server, SharedRings, Status, TransportKind,
+};
 
 use crate::testing::torture_client::TortureClient;
 use crate::testing::torture_server::{Torture, TortureServer};
@@ -143,6 +145,39 @@ pub fn message_sizes(client: &TortureClient) {
     assert_eq!(prost::Message::encoded_len(&too_big), max + 1);
     let err = client.echo(too_big).unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+}
+
+/// Three send slots for all the server's connections (`SharedRings::send_slots`): three
+/// clients calling with 32 outstanding and messages of several frames keep the shared pool
+/// empty, so connections wait for a slot in turn and are told when one is free. Every call
+/// must complete, under a watchdog that fails rather than hangs.
+pub fn callers_waiting_for_shared_send_slots(addr: &str, transport: TransportKind) {
+    let addr = addr.to_string();
+    with_watchdog(
+        "waiting for shared send slots",
+        Duration::from_secs(300),
+        move || {
+            let server = Server::builder()
+                .ring(RING)
+                .shared_rings(Some(SharedRings {
+                    send_slots: 3,
+                    ..SharedRings::DEFAULT
+                }))
+                .workers(4)
+                .add_service(TortureServer::new(TortureService::default()))
+                .serve(&addr, transport)
+                .expect("server starts");
+            let clients: Vec<_> = (0..3).map(|_| connect(&server, transport)).collect();
+            std::thread::scope(|s| {
+                for client in &clients {
+                    s.spawn(|| concurrent_calls(client, 2, 16, 1_000));
+                }
+            });
+            for client in &clients {
+                message_sizes(client);
+            }
+        },
+    );
 }
 
 /// A call whose handler outlives its timeout fails with DEADLINE_EXCEEDED promptly, and the

@@ -269,7 +269,7 @@ impl RingConfig {
     }
 }
 
-/// A server's receive and send slots shared by all its connections over verbs
+/// A server's receive and send slots shared by all its connections, over verbs and TCP
 /// (`docs/PROTOCOL.md` §22.4).
 ///
 /// - **Receive slots** come in shards of `recv_slots` slots of `recv_slot_size` bytes, each a
@@ -280,11 +280,19 @@ impl RingConfig {
 ///   none is refused. So registered memory grows with the connections, a shard at a time:
 ///   about `base_grant × recv_slot_size` per connection (12 KiB at the defaults).
 /// - **Send slots**: `send_slots` slots of the [`RingConfig`]'s `slot_size`, registered once,
-///   that a connection takes one per frame in flight, at most the [`RingConfig`]'s
-///   `slot_count` at a time.
+///   that a connection takes one per frame in flight (a frame sent inline gives it back at
+///   once). A connection has at most `sends_in_flight` SENDs in flight (and at most the
+///   [`RingConfig`]'s `slot_count`): its send queue's depth, and the completion entries its
+///   shard's completion queue reserves for it.
+///
+/// Over TCP the same numbers hold with heap slots of the [`RingConfig`]'s `slot_size`,
+/// allocated as frames arrive: one pool of `recv_slots × recv_shards` credits, and at most that
+/// many slots (and an eighth more) out at once, so an idle connection holds none.
 ///
 /// At the defaults: 16 shards of 4,096 slots of 4 KiB, 21,845 connections at a base grant of
-/// 3, each taking 12 KiB of receive slots, and 2,048 send slots (16 MiB).
+/// 3, each taking 12 KiB of receive slots, and 2,048 send slots (16 MiB); a shard's completion
+/// queue holds 4,608 receive completions and 16 SENDs for each of its 1,365 connections (26,448
+/// entries, within rdma_rxe's 32,767).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedRings {
     /// Receive slots per shard. Raises take at most half of them, so the other half always
@@ -300,6 +308,8 @@ pub struct SharedRings {
     /// Send slots shared by the connections (verbs). A connection that finds none free waits
     /// for the next one given back, in turn.
     pub send_slots: u32,
+    /// SENDs one connection has in flight at most (verbs).
+    pub sends_in_flight: u32,
     /// Credits a connection always has: its HELLO's `slot_count` (at least 3).
     pub base_grant: u32,
     /// Most credits one connection is granted.
@@ -313,20 +323,21 @@ impl Default for SharedRings {
 }
 
 impl SharedRings {
-    /// The defaults: up to 16 shards of 4,096 receive slots of 4 KiB, 2,048 send slots, a base
-    /// grant of 3, at most 64 per connection.
+    /// The defaults: up to 16 shards of 4,096 receive slots of 4 KiB, 2,048 send slots, 16
+    /// SENDs in flight per connection, a base grant of 3, at most 64 per connection.
     pub const DEFAULT: SharedRings = SharedRings {
         recv_slots: 4096,
         recv_shards: 16,
         recv_slot_size: 4096,
         send_slots: 2048,
+        sends_in_flight: 16,
         base_grant: 3,
         max_grant: 64,
     };
 
     /// Checks the values: a base of at least 3 (the smallest grant that cannot stall), a
     /// maximum no smaller than the base and at most 65535, room for one base per shard,
-    /// 1 to 1,024 shards, a slot size a HELLO may announce, and a send slot.
+    /// 1 to 1,024 shards, a slot size a HELLO may announce, a send slot and a SEND in flight.
     pub fn validate(&self) -> Result<(), Error> {
         let slot_sizes = rpc_proto::frame::MIN_SLOT_SIZE..=rpc_proto::frame::MAX_SLOT_SIZE;
         let ok = self.base_grant >= rpc_proto::credit_pool::MIN_GRANT
@@ -335,14 +346,15 @@ impl SharedRings {
             && self.recv_slots >= self.base_grant
             && (1..=1024).contains(&self.recv_shards)
             && slot_sizes.contains(&self.recv_slot_size)
-            && self.send_slots >= 1;
+            && self.send_slots >= 1
+            && self.sends_in_flight >= 1;
         if ok {
             Ok(())
         } else {
             Err(Error::InvalidConfig(format!(
                 "shared rings: {self:?} (need 3 <= base_grant <= max_grant <= 65535, \
                  recv_slots >= base_grant, 1 <= recv_shards <= 1024, a recv_slot_size a \
-                 HELLO allows, and send_slots >= 1)"
+                 HELLO allows, send_slots >= 1 and sends_in_flight >= 1)"
             )))
         }
     }

@@ -30,13 +30,11 @@ use super::handle::VerbsLink;
 use super::link::{LinkInner, LinkParts, Links, RecvRing, SendRing};
 use super::mr::Region;
 use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
-use super::shared_pools::SharedPools;
-use super::shared_recv::SharedRecv;
+use super::shared_pools::{Admission, SharedPools};
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
 use crate::protocol::v2::{Hello, HELLO_LEN};
 use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedRings};
 use crate::Error;
-use rpc_proto::Grant;
 
 /// How long an accepted connection may take from CONNECT_REQUEST to ESTABLISHED.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,7 +75,7 @@ impl Core {
         ring: RingConfig,
         link_id: LinkId,
         peer_name: String,
-        shared: Option<(Arc<SharedPools>, Arc<SharedRecv>, Grant)>,
+        shared: Option<(Arc<SharedPools>, Admission)>,
     ) -> Result<Arc<LinkInner>, Error> {
         let caps = res.device.caps();
         if ring.slot_count > caps.max_qp_wr {
@@ -88,45 +86,60 @@ impl Core {
                 res.device.name()
             )));
         }
-        // The shared rings' links send and receive on their shard's CQ.
-        let shared_cq = shared.as_ref().map(|(_, shard, _)| shard.cq().clone());
-        let (recv, send, grant, local_hello) = match shared {
-            Some((pools, shard, grant)) => {
+        // A shared-ring link sends and receives on its shard's CQ, which reserved entries for
+        // its SENDs at admission; its send queue holds as many. Other links reserve two
+        // entries per slot on a CQ shard with room.
+        let (recv, send, grant, local_hello, cq, reservation, send_depth) = match shared {
+            Some((pools, admission)) => {
+                let shard = admission.shard;
                 let hello = Hello {
                     slot_count: shard.base(),
                     slot_size: shard.slot_size() as u32,
                     ..ring.hello()
                 };
-                let send = SendRing::shared(pools.send().clone(), ring.slot_count);
-                (RecvRing::Shared(shard), send, Some(grant), hello)
+                let sends = pools.sends_per_link(ring.slot_count);
+                let send = SendRing::shared(pools.send().clone(), sends);
+                let cq = shard.cq().clone();
+                let reservation = admission.reservation;
+                let recv = RecvRing::Shared(shard);
+                (
+                    recv,
+                    send,
+                    Some(admission.grant),
+                    hello,
+                    cq,
+                    reservation,
+                    sends,
+                )
             }
             None => {
                 let recv = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
                 let send = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
                 let send = SendRing::own(send);
-                (RecvRing::Own(recv), send, None, ring.hello())
-            }
-        };
-        // Completion entries: two per slot on a CQ shard with room, or none on the shared
-        // rings' CQs (they reserved theirs).
-        let (cq, reservation) = match shared_cq {
-            Some(cq) => (cq, None),
-            None => {
                 let (cq, reservation) = res.cqs.reserve(ring.slot_count.saturating_mul(2))?;
-                (cq, Some(reservation))
+                let hello = ring.hello();
+                (
+                    RecvRing::Own(recv),
+                    send,
+                    None,
+                    hello,
+                    cq,
+                    reservation,
+                    ring.slot_count,
+                )
             }
         };
         let srq = match &recv {
             RecvRing::Shared(shared) => Some(shared.srq()),
             RecvRing::Own(_) => None,
         };
-        let qp = Qp::new(id, &res.pd, &cq, ring.slot_count, srq)?;
+        let qp = Qp::new(id, &res.pd, &cq, send_depth, srq)?;
         LinkInner::new(LinkParts {
             qp,
             recv,
             grant,
             send,
-            reservation,
+            reservation: Some(reservation),
             id: link_id,
             local_hello,
             peer_name,
@@ -592,8 +605,9 @@ impl VerbsAcceptor {
             let shared = match self.shared {
                 Some(config) => {
                     let pools = (self.core.cq).ensure_shared(&res, config, self.ring.slot_size)?;
-                    let (shard, grant) = pools.admit((&res.pd, &res.cqs))?;
-                    Some((pools, shard, grant))
+                    let sends = pools.sends_per_link(self.ring.slot_count);
+                    let admission = pools.admit((&res.pd, &res.cqs), sends)?;
+                    Some((pools, admission))
                 }
                 None => None,
             };

@@ -15,12 +15,18 @@
 //! holds its [`Grant`] of the pool until its connection's core takes it.
 //!
 //! **Send ring.** `slot_count` slots in one registered region; free slots sit in a lock-free
-//! queue. (A link of a shared receive queue has no send ring: it takes up to `slot_count`
-//! slots at a time from the endpoint's [`SharedSend`]. An inline SEND's slot goes back right
-//! after the post, which copied the frame; the last SEND of a post that leaves slots waiting
-//! for their completion is signalled, so that no slot stays with an idle link. A link that
-//! waited for a slot is told through the link table when one is free.) A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at the
-//! completion that covers it. Signalling is selective: every `signal_every`-th SEND (three
+//! queue. A slot leaves the queue in `alloc_send`, is posted by `post_send`, and returns at
+//! the completion that covers it.
+//!
+//! A link of a shared receive queue has no send ring: it takes slots from the endpoint's
+//! [`SharedSend`], and has at most `quota` SENDs in flight (its QP's send queue depth; its
+//! shard's CQ reserved as many entries). An inline SEND's slot goes back to the pool right
+//! after the post, which copied the frame, but the SEND still counts against the quota until
+//! a completion covers it: it holds a send queue entry, and a flush would complete it. The
+//! last SEND of a post that leaves slots waiting for their completion is signalled, so that
+//! no slot stays with an idle link. A link that waited for a slot is told through the link
+//! table when one is free; one that reached its quota, by the completion that covers its
+//! SENDs. Signalling is selective: every `signal_every`-th SEND (three
 //! quarters of the ring) is signalled, and so is every SEND posted while fewer than
 //! `low_water` slots (a quarter) are free, so an exhausted pool always has a signalled SEND
 //! outstanding. A send completion is thus rare (one per 48 SENDs of a 64-slot ring), and
@@ -64,22 +70,29 @@ use crate::Error;
 /// The link table of an endpoint.
 pub(super) type Links = LinkTable<LinkInner>;
 
-/// The slot a shared-ring link's inline SEND names in its wr_id: none (its slot went back to the
-/// pool once the post copied the frame), and in `SendState::inflight` the mark of a signalled
-/// inline SEND, whose completion covers what was posted before it.
-const INLINE_SLOT: u32 = u32::MAX;
+/// The slot a shared-ring link's signalled inline SEND names in its wr_id and in
+/// `SendState::inflight`: none (its slot went back to the pool once the post copied the frame).
+/// Its completion covers what was posted before it.
+const INLINE_SIGNALED: u32 = u32::MAX;
+/// The same for an unsignalled inline SEND: it completes only when flushed.
+const INLINE_UNSIGNALED: u32 = u32::MAX - 1;
+
+/// Whether `slot` of `SendState::inflight` is an inline SEND's mark, not a slot.
+fn is_inline_mark(slot: u32) -> bool {
+    slot >= INLINE_UNSIGNALED
+}
 
 struct SendState {
     /// Posted since the last signalled SEND.
     unsignaled: u32,
-    /// Posted (or held in `held`) slots in posting order, not yet covered by a completion
-    /// (and [`INLINE_SLOT`] marks).
+    /// Of those, the ones holding a shared send slot until a completion covers them.
+    unsignaled_holding: u32,
+    /// Every SEND posted (or held in `held`) and not yet covered by a completion, in posting
+    /// order: its slot, or an inline mark ([`INLINE_SIGNALED`], [`INLINE_UNSIGNALED`]).
     inflight: VecDeque<u32>,
     /// SENDs of `post_send_batched` not posted yet (at most one per send slot: the capacity
-    /// is reserved up front). The entries they pushed are the tail of `inflight`.
+    /// is reserved up front). Each pushed one entry, the tail of `inflight`.
     held: Vec<SendWr>,
-    /// Entries the held SENDs pushed to `inflight`.
-    held_inflight: usize,
     /// Shared send slots of held inline SENDs: free again once the post copied them.
     copied_at_post: Vec<u32>,
 }
@@ -215,9 +228,9 @@ impl LinkInner {
             id: parts.id,
             send_state: Mutex::new(SendState {
                 unsignaled: 0,
+                unsignaled_holding: 0,
                 inflight: VecDeque::with_capacity(count as usize),
                 held: Vec::with_capacity(count as usize),
-                held_inflight: 0,
                 copied_at_post: Vec::with_capacity(count as usize),
             }),
             reposted: Reposts::new(),
@@ -406,8 +419,9 @@ impl LinkInner {
         link.close_with(reason);
     }
 
-    /// A completion covering send slot `slot` (or the earliest signalled inline SEND, for
-    /// [`INLINE_SLOT`]): frees it and every earlier unsignalled slot.
+    /// A completion covering send slot `slot` (or the earliest inline SEND of that mark, for
+    /// [`INLINE_SIGNALED`] and [`INLINE_UNSIGNALED`]): frees it and everything posted before
+    /// it.
     pub(super) fn sends_completed_through(&self, slot: u32) {
         let mut state = self.send_state.lock();
         if !state.inflight.contains(&slot) {
@@ -419,27 +433,44 @@ impl LinkInner {
             return;
         }
         while let Some(s) = state.inflight.pop_front() {
-            if s != INLINE_SLOT {
-                self.free_send(s);
-            }
+            self.sent(s);
             if s == slot {
                 break;
             }
         }
     }
 
-    /// Returns send slot `slot`: to the link's queue, or to the shared pool, telling a link
-    /// that waited for one.
+    /// A SEND of `inflight` is done (covered by a completion, or never posted): frees its slot,
+    /// or the quota unit of an inline one.
+    fn sent(&self, slot: u32) {
+        match (&self.send, is_inline_mark(slot)) {
+            (SendRing::Shared { held, .. }, true) => {
+                held.sub(1);
+            }
+            (SendRing::Own { .. }, true) => {}
+            (_, false) => self.free_send(slot),
+        }
+    }
+
+    /// Returns send slot `slot`: to the link's queue, or to the shared pool (and its unit of
+    /// the quota).
     fn free_send(&self, slot: u32) {
         match &self.send {
             SendRing::Own { free, .. } => {
                 let _ = free.push(slot);
             }
-            SendRing::Shared { pool, held, .. } => {
+            SendRing::Shared { held, .. } => {
                 held.sub(1);
-                if let Some(waiter) = pool.give(slot) {
-                    self.links.push_send_ready(waiter);
-                }
+                self.give_shared(slot);
+            }
+        }
+    }
+
+    /// Gives shared send slot `slot` back to the pool, telling a link that waited for one.
+    fn give_shared(&self, slot: u32) {
+        if let SendRing::Shared { pool, .. } = &self.send {
+            if let Some(waiter) = pool.give(slot) {
+                self.links.push_send_ready(waiter);
             }
         }
     }
@@ -449,14 +480,16 @@ impl LinkInner {
     ///
     /// A shared-ring link's inline SEND does not keep its slot: the post copies the frame, so
     /// the slot goes back to the pool right after it, and the SEND is signalled only as often
-    /// as the send queue needs (every `signal_every`-th), not for its slot. So a small reply
-    /// costs no completion.
+    /// as the quota needs (every `signal_every`-th, and while it runs low), not for its slot.
+    /// So a small reply costs no completion.
     fn hold(&self, state: &mut SendState, mut send: VerbsSend, len: usize) {
-        let (low, shared) = match &self.send {
-            SendRing::Own { free, .. } => (free.len() < self.low_water as usize, false),
-            // The tail of every post that holds slots is signalled (`post_held`).
-            SendRing::Shared { .. } => (false, true),
+        let (free, shared) = match &self.send {
+            SendRing::Own { free, .. } => (free.len(), false),
+            SendRing::Shared { quota, held, .. } => {
+                ((*quota as usize).saturating_sub(held.get()), true)
+            }
         };
+        let low = free < self.low_water as usize;
         let signal = state.unsignaled + 1 >= self.signal_every || low;
         let inline = len > 0 && len <= self.qp.max_inline() as usize;
         let mut flags = 0;
@@ -467,7 +500,11 @@ impl LinkInner {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
         let copied = shared && inline;
-        let named = if copied { INLINE_SLOT } else { send.slot };
+        let named = match (copied, signal) {
+            (false, _) => send.slot,
+            (true, true) => INLINE_SIGNALED,
+            (true, false) => INLINE_UNSIGNALED,
+        };
         let region = self.send.region();
         state.held.push(SendWr {
             wr_id: wr_id(true, self.key, named),
@@ -479,11 +516,14 @@ impl LinkInner {
         if copied {
             state.copied_at_post.push(send.slot);
         }
-        if !copied || signal {
-            state.inflight.push_back(named);
-            state.held_inflight += 1;
+        state.inflight.push_back(named);
+        if signal {
+            state.unsignaled = 0;
+            state.unsignaled_holding = 0;
+        } else {
+            state.unsignaled += 1;
+            state.unsignaled_holding += u32::from(shared && !copied);
         }
-        state.unsignaled = if signal { 0 } else { state.unsignaled + 1 };
         send.posted = true;
     }
 
@@ -495,17 +535,17 @@ impl LinkInner {
         }
         // A shared-ring link signals the tail of a post that leaves slots waiting for a
         // completion, so that no slot stays with an idle link.
-        let waiting = state.held_inflight > 0 && state.inflight.back() != Some(&INLINE_SLOT);
-        if let (SendRing::Shared { .. }, true) = (&self.send, waiting) {
+        if state.unsignaled_holding > 0 {
             let last = state.held.last_mut().expect("held");
-            if last.flags & ibv_send_flags::IBV_SEND_SIGNALED.0 == 0 {
-                last.flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-                if (last.wr_id as u32) == INLINE_SLOT {
-                    state.inflight.push_back(INLINE_SLOT);
-                    state.held_inflight += 1;
+            last.flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            if (last.wr_id as u32) == INLINE_UNSIGNALED {
+                last.wr_id = wr_id(true, self.key, INLINE_SIGNALED);
+                if let Some(mark) = state.inflight.back_mut() {
+                    *mark = INLINE_SIGNALED;
                 }
             }
             state.unsignaled = 0;
+            state.unsignaled_holding = 0;
         }
         let result = if self.is_closing() {
             Err(Error::ConnectionClosed(self.close_reason()))
@@ -515,18 +555,16 @@ impl LinkInner {
         if result.is_err() {
             // Whatever was not posted never completes: give its slots back. (A failed post
             // closes the link; the ones posted before it complete flushed.)
-            for _ in 0..state.held_inflight {
-                match state.inflight.pop_back() {
-                    Some(INLINE_SLOT) | None => {}
-                    Some(slot) => self.free_send(slot),
+            for _ in 0..state.held.len() {
+                if let Some(slot) = state.inflight.pop_back() {
+                    self.sent(slot);
                 }
             }
         }
         // Copied into the work requests (or never to be sent): free again.
         for slot in state.copied_at_post.drain(..) {
-            self.free_send(slot);
+            self.give_shared(slot);
         }
-        state.held_inflight = 0;
         state.held.clear();
         result
     }

@@ -1,8 +1,9 @@
 //! One shard of a server endpoint's shared receive slots: an SRQ with `slots` receives of one
 //! size posted from one registered region, taken by the QPs of the links admitted to it, the
 //! [`CreditPool`] that grants those slots to the links' peers (`docs/PROTOCOL.md` §22.4), and
-//! the completion queue their receives complete on (sized for every slot, so no number of
-//! links can overflow it). An endpoint adds shards as connections are admitted (see
+//! the completion queue their receives and sends complete on (an entry for every posted slot,
+//! and one for each SEND a link admitted may have in flight, so no number of links can
+//! overflow it). An endpoint adds shards as connections are admitted (see
 //! `completions::SharedPools`): registered memory follows the connections, a shard at a
 //! time.
 //!
@@ -58,11 +59,11 @@ impl SharedRecv {
 
     /// Creates shard `index`: the SRQ and its region on `pd` for a pool of `slots` slots of
     /// `slot_size` bytes (plus the headroom), granted `base` to each link and at most
-    /// `max_grant`, and a CQ of its own among `cqs` for them and for `sends` SENDs of its
-    /// links in flight (one CQ per link: a reply's send completion and the next request come
-    /// in one poll); posts every slot. (The numbers of a validated
-    /// `transport::SharedRings`: that module names this one's buffers, so it is not named
-    /// here.)
+    /// `max_grant`, and a CQ of its own among `cqs` (one CQ per link: a reply's send completion
+    /// and the next request come in one poll). The CQ reserves an entry per posted receive at
+    /// once, and `sends` more for each link admitted (`admit`): room for every link the pool
+    /// can admit. Posts every slot. (The numbers of a validated `transport::SharedRings`: that
+    /// module names this one's buffers, so it is not named here.)
     pub(super) fn new(
         pd: &Arc<Pd>,
         cqs: &CqShards,
@@ -71,7 +72,9 @@ impl SharedRecv {
         (slot_size, sends): (u32, u32),
     ) -> Result<Arc<SharedRecv>, Error> {
         let posted = Self::posted(slots);
-        let (cq, reservation) = cqs.dedicated(posted.saturating_add(sends))?;
+        let links = slots / base.max(1);
+        let room = posted.saturating_add(links.saturating_mul(sends));
+        let (cq, reservation) = cqs.dedicated(posted, room)?;
         let region = Region::new(pd, posted, slot_size)?;
         let srq = Arc::new(Srq::new(pd, posted)?);
         let shared = Arc::new(SharedRecv {
@@ -107,10 +110,17 @@ impl SharedRecv {
         &self.cq
     }
 
-    /// The base grant of a new link from the pool, or `None` when the pool has no room for
-    /// it (the connection is to be refused).
-    pub(super) fn admit(&self) -> Option<Grant> {
-        self.pool.admit(self.base)
+    /// The base grant of a new link from the pool and `sends` completion entries on the CQ
+    /// for its SENDs in flight, or `None` when either has no room for it.
+    pub(super) fn admit(&self, sends: u32) -> Result<Option<(Grant, CqeReservation)>, Error> {
+        let Some(grant) = self.pool.admit(self.base) else {
+            return Ok(None);
+        };
+        // Without room for the SENDs the grant goes back (dropped).
+        Ok(self
+            .cq
+            .reserve(sends)?
+            .map(|reservation| (grant, reservation)))
     }
 
     /// The credits a new link's peer starts with: its HELLO's `slot_count`.

@@ -14,9 +14,8 @@
 //! given back is kept for it, and the poller reports a `SendDone` for it (see
 //! `LinkTable::push_send_ready`), on which its connection tries again and gets that slot. So
 //! waiting links are served in turn, however busy the others are; a released link's kept
-//! slots pass to the next waiters. At most `slots` SENDs of all links together are in flight,
-//! so every receive shard's CQ, which its links send on too, reserves `slots` entries for
-//! them (see `shared_pools`).
+//! slots pass to the next waiters. (What bounds a link's SENDs in flight, and so the
+//! completion entries its shard's CQ reserves, is its quota: see `shared_pools`.)
 
 use std::sync::Arc;
 
@@ -51,17 +50,19 @@ impl SharedSend {
 
     /// A free slot for link `key`, or `None` with the link put on the waiting list.
     pub(super) fn take(&self, key: u32) -> Option<u32> {
-        self.slots.take(key)
+        self.slots.take(u64::from(key))
     }
 
     /// Gives `slot` back; returns the key of the waiting link it is kept for, to tell.
     pub(super) fn give(&self, slot: u32) -> Option<u32> {
-        self.slots.give(slot)
+        // Keys are what `take` was given: u32.
+        self.slots.give(slot).map(|key| key as u32)
     }
 
     /// Forgets link `key` (released): the slots kept for it pass on; returns the keys of the
     /// waiting links they are kept for now, to tell.
     pub(super) fn forget(&self, key: u32) -> Vec<u32> {
-        self.slots.forget(key)
+        let waiters = self.slots.forget(u64::from(key));
+        waiters.into_iter().map(|key| key as u32).collect()
     }
 }
