@@ -56,7 +56,13 @@ impl Raw {
         raw.stream.write_all(&hello.to_frame()).unwrap();
         let mut theirs = [0u8; HEADER_LEN + HELLO_LEN];
         raw.stream.read_exact(&mut theirs).unwrap();
-        assert_eq!(Hello::from_frame(&theirs).unwrap(), RING.hello());
+        // The server's connections share its receive slots: a plain version 2 peer gets the
+        // base grant of `SharedRings::DEFAULT` (§22.4).
+        let expected = Hello {
+            slot_count: rpc_core::SharedRings::DEFAULT.base_grant,
+            ..RING.hello()
+        };
+        assert_eq!(Hello::from_frame(&theirs).unwrap(), expected);
         raw
     }
 

@@ -203,7 +203,7 @@ pub(crate) fn server_transport(
         }
     }
     let cq = ChannelCq::new();
-    let acceptor = tcp::TcpAcceptor::bind(sa, ring, cq.clone(), context)?;
+    let acceptor = tcp::TcpAcceptor::bind(sa, (ring, shared), cq.clone(), context)?;
     Ok(ServerTransport {
         cq,
         acceptor: Box::new(acceptor),

@@ -5,6 +5,7 @@
 
 // The slot types live in a module of their own: mod.rs names them in its buffer enums, and
 // this file, which builds those buffers, imports mod.rs.
+mod shared;
 mod slots;
 
 use std::sync::Arc;
@@ -12,12 +13,16 @@ use std::time::Duration;
 
 use rpc_sync::DrainQueue;
 
+use rpc_proto::Grant;
+use rpc_sync::Mutex;
+
 use super::{
     Completion, CompletionQueue, CreditsDue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig,
-    SendBuf, SendInner,
+    SendBuf, SendInner, SharedRings,
 };
 use crate::protocol::v2::Hello;
 use crate::Error;
+use shared::{SharedHeapRecv, SharedHeapSend};
 use std::sync::{OnceLock, Weak};
 
 pub(crate) use slots::{HeapRecv, HeapRecvRing, HeapSend, HeapSendPool};
@@ -130,6 +135,53 @@ impl CompletionQueue for ChannelCq {
     }
 }
 
+/// A TCP server's slots shared by all its connections (see the `shared` module): the receive
+/// slots with their credit pool, and the send slots.
+pub(crate) struct HeapShared {
+    recv: Arc<SharedHeapRecv>,
+    send: Arc<SharedHeapSend>,
+}
+
+impl HeapShared {
+    /// The pools of `config` (validated): `recv_slots × recv_shards` receive credits (as
+    /// many connections as a verbs server's shards admit) and `send_slots` send slots, all of
+    /// `slot_size` bytes (the ring's: heap slots are allocated as frames come, so their size
+    /// costs an idle connection nothing, and frames keep their segments); a connection
+    /// waiting for a send slot is told through `cq`.
+    pub(crate) fn new(
+        config: SharedRings,
+        slot_size: u32,
+        cq: &Arc<ChannelCq>,
+    ) -> Result<Arc<HeapShared>, Error> {
+        config.validate()?;
+        let slots = config.recv_slots.saturating_mul(config.recv_shards);
+        let recv = SharedHeapRecv::new(slots, config.base_grant, config.max_grant, slot_size);
+        let send = SharedHeapSend::new(config.send_slots, slot_size);
+        let cq = Arc::downgrade(cq);
+        send.on_ready(Box::new(move |link| {
+            if let Some(cq) = cq.upgrade() {
+                cq.push(Completion::SendDone { link });
+            }
+        }));
+        Ok(Arc::new(HeapShared { recv, send }))
+    }
+
+    /// A new connection's grant, or `None` when the pool has no room for it.
+    pub(crate) fn admit(&self) -> Option<Grant> {
+        self.recv.admit()
+    }
+
+    /// The HELLO of a connection of these pools: the base grant as `slot_count`, the rest
+    /// from `ring`.
+    pub(crate) fn hello(&self, ring: RingConfig) -> Hello {
+        Hello {
+            slot_count: self.recv.base(),
+            slot_size: self.recv.slot_size() as u32,
+            ..ring.hello()
+        }
+    }
+}
+
 /// What a link of the heap-slot transports (TCP, in-memory) keeps: its id, slot rings and the
 /// two HELLOs. Only moving a frame to the peer and closing differ between them ([`HeapLink`]).
 pub(crate) struct HeapLinkParts {
@@ -139,6 +191,8 @@ pub(crate) struct HeapLinkParts {
     pub(crate) local: Hello,
     pub(crate) peer: Hello,
     pub(crate) peer_name: String,
+    /// The grant of the shared pool, until the connection's core takes it.
+    grant: Mutex<Option<Grant>>,
 }
 
 impl HeapLinkParts {
@@ -151,6 +205,26 @@ impl HeapLinkParts {
             local: ring.hello(),
             peer,
             peer_name,
+            grant: Mutex::new(None),
+        }
+    }
+
+    /// Slots of `shared` for link `id`, admitted with `grant`: up to `ring.slot_count` send
+    /// slots at a time, and receive slots as frames come.
+    pub(crate) fn shared(
+        id: LinkId,
+        (ring, shared, grant): (RingConfig, &HeapShared, Grant),
+        peer: Hello,
+        peer_name: String,
+    ) -> Self {
+        HeapLinkParts {
+            id,
+            send_pool: HeapSendPool::shared(shared.send.clone(), id, ring.slot_count),
+            recv_ring: HeapRecvRing::shared(shared.recv.clone()),
+            local: shared.hello(ring),
+            peer,
+            peer_name,
+            grant: Mutex::new(Some(grant)),
         }
     }
 }
@@ -184,6 +258,19 @@ impl<T: HeapLink> Link for T {
 
     fn send_slot_size(&self) -> usize {
         self.parts().send_pool.slot_size()
+    }
+
+    fn ring_bytes(&self) -> usize {
+        if self.parts().recv_ring.is_shared() {
+            // Shared slots are bounded server-wide, not per link.
+            return 0;
+        }
+        let local = self.parts().local;
+        2 * local.slot_count as usize * local.slot_size as usize
+    }
+
+    fn take_grant(&self) -> Option<Grant> {
+        self.parts().grant.lock().take()
     }
 
     fn post_send(&self, buf: SendBuf, len: usize) -> Result<(), Error> {

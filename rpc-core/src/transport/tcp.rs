@@ -28,9 +28,10 @@
 //! poster, the latency path); what the socket does not take stays queued, and the I/O thread
 //! finishes it when the socket becomes writable again (the poster stalls the flusher and hands
 //! over with a [`mio::Waker`]). A peer that stops reading stalls only its own link: no thread waits on its
-//! socket. The write queue is bounded: a queued frame holds one send slot and one of the
-//! peer's credits, so at most `min(local slot_count, peer slot_count)` frames of at most
-//! `peer slot_size` bytes are ever queued; the queue is allocated at that size when the link
+//! socket. The write queue is bounded: a queued frame holds one of the link's send slots, so
+//! at most the local `slot_count` frames of at most `peer slot_size` bytes are ever queued (and
+//! no more than the peer's credits, which a peer of shared credits may raise past its HELLO's
+//! `slot_count`, §22.4); the queue is allocated at that size when the link
 //! is set up and a post beyond it closes the link with an error instead of growing. Frames
 //! written after a stall free their slots and a `SendDone` completion tells the runtime.
 //!
@@ -50,8 +51,11 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use rpc_sync::{assert_unlocked, Count, Flag, FlushTurn, Flusher};
 
-use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing};
-use super::{Acceptor, Completion, Link, LinkId, RingConfig, SendBuf, ThreadContext};
+use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing, HeapShared};
+use super::{
+    Acceptor, Completion, CompletionQueue, Link, LinkId, RingConfig, SendBuf, SharedRings,
+    ThreadContext,
+};
 use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
 use crate::Error;
 
@@ -189,8 +193,7 @@ struct TcpConn {
     /// Frames posted and not completely written (the queue and the writer's): at most
     /// `bound`.
     unsent: Count,
-    /// `min(local slot_count, peer slot_count)`: each unsent frame holds a send slot and a
-    /// peer credit.
+    /// The local `slot_count`: each unsent frame holds one of the link's send slots.
     bound: usize,
     /// Whoever holds its turn writes; nobody waits for it. Stalled when a write met a full
     /// socket: posters then leave their frames to the I/O thread, which writes when the
@@ -395,7 +398,7 @@ enum Destination {
 struct Handshake {
     stream: TcpStream,
     id: LinkId,
-    ring: RingConfig,
+    setup: LinkSetup,
     frame: [u8; HELLO_FRAME_LEN],
     got: usize,
     peer_name: String,
@@ -416,10 +419,37 @@ enum Entry {
     Open(Reading),
 }
 
+/// What a link is built with: its ring configuration, and for a server of shared slots those
+/// slots and the link's grant of them.
+struct LinkSetup {
+    ring: RingConfig,
+    shared: Option<(Arc<HeapShared>, rpc_proto::Grant)>,
+}
+
+impl LinkSetup {
+    fn hello(&self) -> Hello {
+        match &self.shared {
+            Some((shared, _)) => shared.hello(self.ring),
+            None => self.ring.hello(),
+        }
+    }
+
+    fn parts(self, id: LinkId, peer: Hello, peer_name: String) -> HeapLinkParts {
+        match self.shared {
+            Some((shared, grant)) => {
+                HeapLinkParts::shared(id, (self.ring, &shared, grant), peer, peer_name)
+            }
+            None => HeapLinkParts::new(id, self.ring, peer, peer_name),
+        }
+    }
+}
+
 /// A server's listener and where its links go.
 struct Listening {
     listener: TcpListener,
     ring: RingConfig,
+    /// The slots all its connections share, if it shares them.
+    shared: Option<Arc<HeapShared>>,
     links: Sender<Result<Arc<dyn Link>, Error>>,
     next_id: LinkId,
 }
@@ -525,7 +555,8 @@ impl IoLoop {
                         )));
                         continue;
                     }
-                    self.start_handshake(stream, id, ring, peer_name, Destination::Client(reply));
+                    let setup = LinkSetup { ring, shared: None };
+                    self.start_handshake(stream, id, setup, peer_name, Destination::Client(reply));
                 }
                 Command::Flush(conn) => self.flush(&conn, true),
                 Command::Stop => {
@@ -621,7 +652,25 @@ impl IoLoop {
                 Ok((stream, addr)) => {
                     let (id, ring) = (l.next_id, l.ring);
                     l.next_id += 1;
-                    self.start_handshake(stream, id, ring, addr.to_string(), Destination::Acceptor);
+                    let shared = match &l.shared {
+                        None => None,
+                        Some(shared) => match shared.admit() {
+                            Some(grant) => Some((Arc::clone(shared), grant)),
+                            None => {
+                                // Dropping the socket closes it: the client's connect fails.
+                                tracing::warn!(peer = %addr, "TCP connection refused: every shared receive credit is granted");
+                                continue;
+                            }
+                        },
+                    };
+                    let setup = LinkSetup { ring, shared };
+                    self.start_handshake(
+                        stream,
+                        id,
+                        setup,
+                        addr.to_string(),
+                        Destination::Acceptor,
+                    );
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -642,7 +691,7 @@ impl IoLoop {
         &mut self,
         mut stream: TcpStream,
         id: LinkId,
-        ring: RingConfig,
+        setup: LinkSetup,
         peer_name: String,
         destination: Destination,
     ) {
@@ -655,7 +704,7 @@ impl IoLoop {
             return fail(destination, e.into());
         }
         // A fresh socket's send buffer takes the 72 bytes whole.
-        match (&stream).write(&ring.hello().to_frame()) {
+        match (&stream).write(&setup.hello().to_frame()) {
             Ok(n) if n == HELLO_FRAME_LEN => {}
             Ok(_) => {
                 return fail(
@@ -679,7 +728,7 @@ impl IoLoop {
             Entry::Hello(Box::new(Handshake {
                 stream,
                 id,
-                ring,
+                setup,
                 frame: [0; HELLO_FRAME_LEN],
                 got: 0,
                 peer_name,
@@ -715,7 +764,7 @@ impl IoLoop {
         let Handshake {
             mut stream,
             id,
-            ring,
+            setup,
             frame,
             peer_name,
             destination,
@@ -733,9 +782,9 @@ impl IoLoop {
                 return Err(reason);
             }
         };
-        let bound = ring.slot_count.min(peer.slot_count) as usize;
+        let bound = setup.ring.slot_count as usize;
         let conn = Arc::new(TcpConn {
-            parts: HeapLinkParts::new(id, ring, peer, peer_name),
+            parts: setup.parts(id, peer, peer_name),
             stream,
             queue: ArrayQueue::new(bound),
             unsent: Count::new(0),
@@ -948,7 +997,7 @@ fn feed(r: &mut Reading, mut data: &[u8], cq: &ChannelCq) -> Result<(), String> 
 /// endpoint's I/O thread, which serves the link from then on.
 pub(crate) struct TcpConnector {
     addr: SocketAddr,
-    io: IoHandle,
+    endpoint: TcpEndpoint,
 }
 
 impl TcpConnector {
@@ -956,7 +1005,7 @@ impl TcpConnector {
     pub(crate) fn new(addr: SocketAddr, cq: Arc<ChannelCq>) -> Result<TcpConnector, Error> {
         Ok(TcpConnector {
             addr,
-            io: IoHandle::start(cq, None, None)?,
+            endpoint: TcpEndpoint::with_cq(cq)?,
         })
     }
 
@@ -968,6 +1017,46 @@ impl TcpConnector {
         id: LinkId,
         timeout: Duration,
     ) -> Result<Arc<dyn Link>, Error> {
+        self.endpoint.connect(self.addr, ring, id, timeout)
+    }
+}
+
+/// Raw TCP links to any number of servers, for programs that drive the protocol core
+/// themselves (`rpc-bench tcp-idle` holds thousands of connections this way): one I/O thread,
+/// one completion queue to poll, as `transport::verbs::VerbsEndpoint` gives over
+/// verbs. A [`crate::Client`] is what applications use.
+pub struct TcpEndpoint {
+    cq: Arc<ChannelCq>,
+    io: IoHandle,
+}
+
+impl TcpEndpoint {
+    /// Starts the endpoint's I/O thread.
+    pub fn new() -> Result<TcpEndpoint, Error> {
+        Self::with_cq(ChannelCq::new())
+    }
+
+    fn with_cq(cq: Arc<ChannelCq>) -> Result<TcpEndpoint, Error> {
+        Ok(TcpEndpoint {
+            io: IoHandle::start(cq.clone(), None, None)?,
+            cq,
+        })
+    }
+
+    /// The completion queue of every link of this endpoint.
+    pub fn cq(&self) -> Arc<dyn CompletionQueue> {
+        self.cq.clone()
+    }
+
+    /// Connects to `addr` (within `timeout`), then waits for the HELLO exchange (within
+    /// [`HELLO_DEADLINE`]); the link has id `id` and rings of `ring`.
+    pub fn connect(
+        &self,
+        addr: SocketAddr,
+        ring: RingConfig,
+        id: LinkId,
+        timeout: Duration,
+    ) -> Result<Arc<dyn Link>, Error> {
         ring.validate()?;
         if self.io.shared.thread.get() == Some(&std::thread::current().id()) {
             return Err(Error::InvalidConfig(
@@ -975,7 +1064,7 @@ impl TcpConnector {
                     .to_string(),
             ));
         }
-        let stream = StdTcpStream::connect_timeout(&self.addr, timeout)?;
+        let stream = StdTcpStream::connect_timeout(&addr, timeout)?;
         stream.set_nonblocking(true)?;
         let (reply, answer) = channel::bounded(1);
         self.io.shared.command(Command::Connect {
@@ -1005,11 +1094,15 @@ pub(crate) struct TcpAcceptor {
 impl TcpAcceptor {
     pub(crate) fn bind(
         addr: SocketAddr,
-        ring: RingConfig,
+        (ring, shared): (RingConfig, Option<SharedRings>),
         cq: Arc<ChannelCq>,
         context: Option<ThreadContext>,
     ) -> Result<TcpAcceptor, Error> {
         ring.validate()?;
+        let shared = match shared {
+            Some(config) => Some(HeapShared::new(config, ring.slot_size, &cq)?),
+            None => None,
+        };
         let listener = TcpListener::bind(addr)?;
         let local_addr = listener.local_addr()?;
         let (tx, rx) = channel::unbounded();
@@ -1018,6 +1111,7 @@ impl TcpAcceptor {
             Some(Listening {
                 listener,
                 ring,
+                shared,
                 links: tx,
                 next_id: 1,
             }),

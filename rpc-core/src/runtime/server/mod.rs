@@ -84,11 +84,12 @@ impl ServerBuilder {
         self
     }
 
-    /// Over verbs, the connections' receive slots come from shared receive queues, their
-    /// credits from those pools (PROTOCOL.md §22.4), and their send slots from one shared pool:
+    /// The connections' receive slots come from pools shared by all of them (over verbs,
+    /// shared receive queues; over TCP, heap slots allocated as frames arrive), their credits
+    /// from those pools (PROTOCOL.md §22.4), and their send slots from one shared pool:
     /// `Some(config)`, by default [`SharedRings::DEFAULT`]. `None` gives every connection rings
-    /// of its own (the [`RingConfig`]'s `slot_count` slots each), as TCP and in-memory
-    /// connections have.
+    /// of its own (the [`RingConfig`]'s `slot_count` slots each), as in-memory connections
+    /// have.
     pub fn shared_rings(mut self, shared: Option<SharedRings>) -> Self {
         self.shared_rings = shared;
         self

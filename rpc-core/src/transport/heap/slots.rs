@@ -8,9 +8,11 @@
 
 use std::sync::Arc;
 
-use crate::transport::reposts::Reposts;
+use rpc_sync::Count;
 
+use super::shared::{SharedHeapRecv, SharedHeapSend};
 use crate::free_list::FreeStack;
+use crate::transport::reposts::Reposts;
 
 /// `count` slots of `size` bytes, all free.
 fn full(count: u32, size: u32) -> FreeStack<Box<[u8]>> {
@@ -21,9 +23,20 @@ fn full(count: u32, size: u32) -> FreeStack<Box<[u8]>> {
     slots
 }
 
+/// Where a link's receive slots come from.
+enum Posted {
+    /// A ring of its own, every slot allocated up front.
+    Own(FreeStack<Box<[u8]>>),
+    /// A server's shared slots, at most the pool's `per_connection` at a time (`held`).
+    Shared {
+        pool: Arc<SharedHeapRecv>,
+        held: Count,
+    },
+}
+
 /// Receive slots: the posted pool and the count of re-posts not yet reported as credits.
 pub(crate) struct HeapRecvRing {
-    posted: FreeStack<Box<[u8]>>,
+    posted: Posted,
     reposts: Reposts,
     slot_size: usize,
 }
@@ -32,10 +45,27 @@ impl HeapRecvRing {
     /// A ring of `count` posted slots of `size` bytes.
     pub(crate) fn new(count: u32, size: u32) -> Arc<HeapRecvRing> {
         Arc::new(HeapRecvRing {
-            posted: full(count, size),
+            posted: Posted::Own(full(count, size)),
             reposts: Reposts::new(),
             slot_size: size as usize,
         })
+    }
+
+    /// Slots taken from `pool` as frames arrive.
+    pub(crate) fn shared(pool: Arc<SharedHeapRecv>) -> Arc<HeapRecvRing> {
+        Arc::new(HeapRecvRing {
+            slot_size: pool.slot_size(),
+            posted: Posted::Shared {
+                pool,
+                held: Count::new(0),
+            },
+            reposts: Reposts::new(),
+        })
+    }
+
+    /// Whether the slots are a server's shared ones.
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self.posted, Posted::Shared { .. })
     }
 
     /// Size of each slot.
@@ -43,9 +73,23 @@ impl HeapRecvRing {
         self.slot_size
     }
 
-    /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits.
+    /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits
+    /// (for shared slots: beyond what any grant allows, or into the pool's last headroom; the
+    /// connection's core finds an overrun within its grant).
     pub(crate) fn take_posted(&self) -> Option<Box<[u8]>> {
-        self.posted.take()
+        match &self.posted {
+            Posted::Own(posted) => posted.take(),
+            Posted::Shared { pool, held } => {
+                if !held.try_add_below(pool.per_connection()) {
+                    return None;
+                }
+                let buf = pool.take();
+                if buf.is_none() {
+                    held.sub(1);
+                }
+                buf
+            }
+        }
     }
 
     /// A filled slot that re-posts itself to this ring when dropped (heap.rs wraps it in a
@@ -80,23 +124,46 @@ impl Drop for HeapRecv {
         let buf = std::mem::take(&mut self.buf);
         // The slot must be back in the pool before the credit is counted: the peer may send
         // into it as soon as it learns of the credit.
-        if self.ring.posted.give(buf) {
-            self.ring.reposts.release();
+        match &self.ring.posted {
+            Posted::Own(posted) => {
+                if posted.give(buf) {
+                    self.ring.reposts.release();
+                }
+            }
+            Posted::Shared { pool, held } => {
+                pool.give(buf);
+                held.sub(1);
+                self.ring.reposts.release();
+            }
         }
     }
 }
 
-/// Free send slots.
+/// Where a link's send slots come from and go back to.
+enum SendSource {
+    /// Slots of its own, all allocated up front.
+    Own(FreeStack<Box<[u8]>>),
+    /// Up to `quota` of a server's shared slots at a time (`held`); the pool knows the link
+    /// as `link` (its id) when it waits.
+    Shared {
+        pool: Arc<SharedHeapSend>,
+        link: u64,
+        quota: usize,
+        held: Count,
+    },
+}
+
+/// Free send slots: a pool of the link's own, or its share of a server's.
 pub(crate) struct HeapSendPool {
-    free: Arc<FreeStack<Box<[u8]>>>,
+    source: Arc<SendSource>,
     slot_size: usize,
 }
 
 /// A heap send slot (the heap variant of a `SendBuf`); back to its pool when dropped, sent or
-/// not.
+/// not. (Small: it moves with every frame posted.)
 pub(crate) struct HeapSend {
     buf: Box<[u8]>,
-    pool: Arc<FreeStack<Box<[u8]>>>,
+    source: Arc<SendSource>,
 }
 
 impl HeapSend {
@@ -111,7 +178,16 @@ impl HeapSend {
 
 impl Drop for HeapSend {
     fn drop(&mut self) {
-        self.pool.give(std::mem::take(&mut self.buf));
+        let buf = std::mem::take(&mut self.buf);
+        match &*self.source {
+            SendSource::Own(free) => {
+                free.give(buf);
+            }
+            SendSource::Shared { pool, held, .. } => {
+                held.sub(1);
+                pool.give(buf);
+            }
+        }
     }
 }
 
@@ -119,20 +195,61 @@ impl HeapSendPool {
     /// A pool of `count` slots of `size` bytes.
     pub(crate) fn new(count: u32, size: u32) -> HeapSendPool {
         HeapSendPool {
-            free: Arc::new(full(count, size)),
+            source: Arc::new(SendSource::Own(full(count, size))),
             slot_size: size as usize,
         }
     }
 
-    /// A free slot, or `None` when all are taken (heap.rs wraps it in a `SendBuf`).
+    /// Up to `quota` slots at a time of `pool`, for link `link`.
+    pub(crate) fn shared(pool: Arc<SharedHeapSend>, link: u64, quota: u32) -> HeapSendPool {
+        HeapSendPool {
+            slot_size: pool.slot_size(),
+            source: Arc::new(SendSource::Shared {
+                pool,
+                link,
+                quota: quota as usize,
+                held: Count::new(0),
+            }),
+        }
+    }
+
+    /// A free slot, or `None` when all are taken (heap.rs wraps it in a `SendBuf`). A link of
+    /// shared slots that found none free is told when one is kept for it.
     pub(super) fn take(&self) -> Option<HeapSend> {
-        self.free.take().map(|buf| HeapSend {
+        let buf = match &*self.source {
+            SendSource::Own(free) => free.take()?,
+            SendSource::Shared {
+                pool,
+                link,
+                quota,
+                held,
+            } => {
+                if !held.try_add_below(*quota) {
+                    return None;
+                }
+                let Some(buf) = pool.take(*link) else {
+                    held.sub(1);
+                    return None;
+                };
+                buf
+            }
+        };
+        Some(HeapSend {
             buf,
-            pool: Arc::clone(&self.free),
+            source: Arc::clone(&self.source),
         })
     }
 
     pub(crate) fn slot_size(&self) -> usize {
         self.slot_size
+    }
+}
+
+impl Drop for HeapSendPool {
+    fn drop(&mut self) {
+        // The link is gone: it waits for nothing more.
+        if let SendSource::Shared { pool, link, .. } = &*self.source {
+            pool.forget(*link);
+        }
     }
 }
