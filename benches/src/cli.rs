@@ -147,6 +147,17 @@ pub struct ConnsArgs {
     pub conns: usize,
 }
 
+/// `rpc-bench tcp-idle`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpIdleArgs {
+    /// Links to open and hold.
+    pub conns: usize,
+    /// Connects in flight at once.
+    pub in_flight: usize,
+    /// Seconds of idleness over which the server's CPU time is measured.
+    pub seconds: f64,
+}
+
 /// `rpc-bench verbs-conns`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerbsConnsArgs {
@@ -179,6 +190,8 @@ pub enum Command {
     TcpConns(ConnsArgs),
     /// Open many verbs links to one server and hold them.
     VerbsConns(VerbsConnsArgs),
+    /// Measure an idle `ours` TCP server's CPU use with many connections.
+    TcpIdle(TcpIdleArgs),
 }
 
 /// Why the command line did not parse.
@@ -206,6 +219,7 @@ usage:
   rpc-bench tcp-conns [--conns 2000]
   rpc-bench verbs-conns --connect ADDR:PORT --conns N [--in-flight 16] [--out FILE]
                         [--hold FILE]
+  rpc-bench tcp-idle [--conns 10000] [--seconds 10] [--in-flight 16]
 
 `rpc-bench COMMAND --help` describes each command.
 ";
@@ -315,6 +329,19 @@ writes to --out) one JSON line:
 then, with --hold, keeps the links open until FILE exists.
 ";
 
+const TCP_IDLE_USAGE: &str = "\
+usage: rpc-bench tcp-idle [--conns 10000] [--seconds 10] [--in-flight 16]
+
+Starts `rpc-bench serve --system ours --transport tcp` (every setting at its default) as a
+child process and opens --conns raw TCP links to it from one endpoint (4 slots of 4 KiB),
+--in-flight connects at a time, each driven by the protocol core: one call (to a method the
+server does not have), the server's keepalive PINGs answered, credits returned. With every
+link open, measures the child's CPU time over --seconds of idleness (the links still
+answering PINGs) and its resident memory. Prints one JSON line:
+  {\"conns\":..,\"failed\":..,\"lost\":..,\"connect_seconds\":..,
+   \"idle_server_cpu_percent\":..,\"seconds\":..,\"server_rss\":..}
+";
+
 /// Parses the arguments after the program name.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError> {
     let mut args = args.into_iter();
@@ -334,6 +361,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, CliError
         "inproc" => with_usage(INPROC_USAGE, parse_inproc(&rest)),
         "tcp-conns" => with_usage(CONNS_USAGE, parse_conns(&rest)),
         "verbs-conns" => with_usage(VERBS_CONNS_USAGE, parse_verbs_conns(&rest)),
+        "tcp-idle" => with_usage(TCP_IDLE_USAGE, parse_tcp_idle(&rest)),
         other => Err(CliError::Invalid(
             format!("unknown command `{other}`"),
             USAGE.to_owned(),
@@ -607,6 +635,35 @@ fn parse_stream(args: &[String]) -> Result<Command, Failure> {
     }))
 }
 
+/// `--seconds`, 10 by default.
+fn idle_seconds(opts: &Options) -> Result<f64, Failure> {
+    match opts.get("seconds") {
+        None => Ok(10.0),
+        Some(s) => match s.parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+            _ => Err(Failure::Invalid(format!(
+                "--seconds: `{s}` is not a positive number"
+            ))),
+        },
+    }
+}
+
+fn parse_tcp_idle(args: &[String]) -> Result<Command, Failure> {
+    let opts = Options::parse(args, &["conns", "seconds", "in-flight"])?;
+    let conns = opts.number("conns")?.unwrap_or(10_000);
+    let in_flight = opts.number("in-flight")?.unwrap_or(16);
+    if conns == 0 || conns > 100_000 || in_flight == 0 || in_flight > 1024 {
+        return Err(Failure::Invalid(
+            "--conns must be between 1 and 100000 and --in-flight between 1 and 1024".to_owned(),
+        ));
+    }
+    Ok(Command::TcpIdle(TcpIdleArgs {
+        conns: conns as usize,
+        in_flight: in_flight as usize,
+        seconds: idle_seconds(&opts)?,
+    }))
+}
+
 fn parse_idle(args: &[String]) -> Result<Command, Failure> {
     let opts = Options::parse(args, &["connections", "seconds", "transport", "addr"])?;
     let connections = opts.number("connections")?.unwrap_or(64);
@@ -615,17 +672,7 @@ fn parse_idle(args: &[String]) -> Result<Command, Failure> {
             "--connections must be between 1 and 4096".to_owned(),
         ));
     }
-    let seconds = match opts.get("seconds") {
-        None => 10.0,
-        Some(s) => match s.parse::<f64>() {
-            Ok(v) if v > 0.0 && v.is_finite() => v,
-            _ => {
-                return Err(Failure::Invalid(format!(
-                    "--seconds: `{s}` is not a positive number"
-                )))
-            }
-        },
-    };
+    let seconds = idle_seconds(&opts)?;
     Ok(Command::Idle(IdleArgs {
         connections: connections as usize,
         seconds,
@@ -752,6 +799,14 @@ mod tests {
         assert_eq!(
             parse(args("tcp-conns")),
             Ok(Command::TcpConns(ConnsArgs { conns: 2000 }))
+        );
+        assert_eq!(
+            parse(args("tcp-idle --seconds 5")),
+            Ok(Command::TcpIdle(TcpIdleArgs {
+                conns: 10_000,
+                in_flight: 16,
+                seconds: 5.0
+            }))
         );
         let Ok(Command::Serve(serve)) = parse(args(
             "serve --system ours --listen a:1 --slot-count 4 --slot-size 1024",

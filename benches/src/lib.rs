@@ -64,6 +64,7 @@ pub mod payload;
 pub mod raw_tcp;
 pub mod report;
 pub mod stream;
+pub mod tcp_idle;
 pub mod verbs_conns;
 
 /// The `echo` package as rpc-codegen generates it: messages, `echo_client::EchoClient` and

@@ -69,7 +69,7 @@ impl VerbsConnsResult {
 }
 
 /// One link and its protocol core.
-struct Peer {
+pub(crate) struct Peer {
     link: Arc<dyn Link>,
     core: Connection<(), SendBuf>,
     answered: bool,
@@ -146,57 +146,20 @@ pub fn run(args: &VerbsConnsArgs) -> Result<VerbsConnsResult, String> {
     let addr: SocketAddr =
         (args.connect.parse()).map_err(|e| format!("--connect {}: {e}", args.connect))?;
     let ep = VerbsEndpoint::new().map_err(|e| e.to_string())?;
-    let cq = ep.cq();
-    let (links_tx, links_rx) = channel::<Arc<dyn Link>>();
-    let next_id = Arc::new(AtomicU64::new(1));
-    let failed = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let connectors: Vec<_> = (0..args.in_flight.max(1))
-        .map(|_| {
-            let (ep, tx, next_id, failed) = (
-                ep.clone(),
-                links_tx.clone(),
-                next_id.clone(),
-                failed.clone(),
-            );
-            let conns = args.conns as u64;
-            std::thread::spawn(move || loop {
-                let id = next_id.fetch_add(1, Ordering::Relaxed);
-                if id > conns {
-                    return;
-                }
-                match ep.connect(addr, CLIENT_RING, id, CONNECT_TIMEOUT) {
-                    Ok(link) => {
-                        let _ = tx.send(link);
-                    }
-                    Err(e) => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("rpc-bench verbs-conns: connect {id} failed: {e}");
-                    }
-                }
-            })
-        })
-        .collect();
-    drop(links_tx);
-    let mut driver = Driver {
-        cq,
-        peers: HashMap::new(),
-        answered: 0,
-        lost: 0,
-        lost_unanswered: 0,
-        started: start,
-        last_report: Instant::now(),
+    let connector = ep.clone();
+    let connect = move |id| {
+        (connector.connect(addr, CLIENT_RING, id, CONNECT_TIMEOUT)).map_err(|e| e.to_string())
     };
-    let result = driver.drive_until(&links_rx, |d| {
-        d.answered + d.lost_unanswered + failed.load(Ordering::Relaxed) as usize >= args.conns
-    });
-    for connector in connectors {
-        let _ = connector.join();
-    }
-    result?;
+    let start = Instant::now();
+    let (mut driver, failed, links_rx) = open_links(
+        "verbs-conns",
+        ep.cq(),
+        (args.conns, args.in_flight),
+        connect,
+    )?;
     let outcome = VerbsConnsResult {
         conns: driver.peers.len(),
-        failed: failed.load(Ordering::Relaxed) as usize,
+        failed,
         lost: driver.lost,
         seconds: start.elapsed().as_secs_f64(),
         client_registered_bytes: ep.registered_bytes(),
@@ -212,20 +175,90 @@ pub fn run(args: &VerbsConnsArgs) -> Result<VerbsConnsResult, String> {
     Ok(outcome)
 }
 
-/// Polls the completion queue for every link's core.
-struct Driver {
+/// Where a [`Driver`] takes the links opened for it.
+pub(crate) type NewLinks = Receiver<Arc<dyn Link>>;
+
+/// Opens `conns` links with `connect(id)`, `in_flight` connects at a time (one thread each),
+/// makes each link's call and drives them all until every connect has ended (its call
+/// answered, or it failed, or its link was closed first). Returns the driver, which holds the
+/// links and keeps them up while it drives; the number of failed connects; and the channel of
+/// new links (drained: pass it to [`Driver::drive_until`]). `tool` names the logs.
+pub(crate) fn open_links<C>(
+    tool: &'static str,
     cq: Arc<dyn CompletionQueue>,
-    peers: HashMap<u64, Peer>,
+    (conns, in_flight): (usize, usize),
+    connect: C,
+) -> Result<(Driver, usize, NewLinks), String>
+where
+    C: Fn(u64) -> Result<Arc<dyn Link>, String> + Send + Sync + 'static,
+{
+    let connect = Arc::new(connect);
+    let (links_tx, links_rx) = channel::<Arc<dyn Link>>();
+    let next_id = Arc::new(AtomicU64::new(1));
+    let failed = Arc::new(AtomicU64::new(0));
+    let connectors: Vec<_> = (0..in_flight.max(1))
+        .map(|_| {
+            let (connect, tx, next_id, failed) = (
+                connect.clone(),
+                links_tx.clone(),
+                next_id.clone(),
+                failed.clone(),
+            );
+            std::thread::spawn(move || loop {
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                if id > conns as u64 {
+                    return;
+                }
+                match connect(id) {
+                    Ok(link) => {
+                        let _ = tx.send(link);
+                    }
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("rpc-bench {tool}: connect {id} failed: {e}");
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(links_tx);
+    let mut driver = Driver {
+        tool,
+        cq,
+        peers: HashMap::new(),
+        answered: 0,
+        lost: 0,
+        lost_unanswered: 0,
+        started: Instant::now(),
+        last_report: Instant::now(),
+    };
+    let result = driver.drive_until(&links_rx, |d| {
+        d.answered + d.lost_unanswered + failed.load(Ordering::Relaxed) as usize >= conns
+    });
+    for connector in connectors {
+        let _ = connector.join();
+    }
+    result?;
+    let failed = failed.load(Ordering::Relaxed) as usize;
+    Ok((driver, failed, links_rx))
+}
+
+/// Polls the completion queue for every link's core.
+pub(crate) struct Driver {
+    tool: &'static str,
+    cq: Arc<dyn CompletionQueue>,
+    pub(crate) peers: HashMap<u64, Peer>,
     answered: usize,
     /// Links closed by the server, and those of them closed before their call was answered.
-    lost: usize,
+    pub(crate) lost: usize,
     lost_unanswered: usize,
     started: Instant,
     last_report: Instant,
 }
 
 impl Driver {
-    fn drive_until(
+    /// Drives every link (and takes new ones from `new_links`) until `done`.
+    pub(crate) fn drive_until(
         &mut self,
         new_links: &Receiver<Arc<dyn Link>>,
         done: impl Fn(&Driver) -> bool,
@@ -265,7 +298,8 @@ impl Driver {
                             self.lost += 1;
                             self.lost_unanswered += usize::from(!peer.answered);
                             if self.lost <= 10 {
-                                eprintln!("rpc-bench verbs-conns: link {link} closed: {reason}");
+                                let tool = self.tool;
+                                eprintln!("rpc-bench {tool}: link {link} closed: {reason}");
                             }
                         }
                     }
@@ -274,7 +308,8 @@ impl Driver {
             if self.last_report.elapsed() >= Duration::from_secs(5) {
                 self.last_report = Instant::now();
                 eprintln!(
-                    "rpc-bench verbs-conns [{:.0} s]: {} links open, {} calls answered, {} closed",
+                    "rpc-bench {} [{:.0} s]: {} links open, {} calls answered, {} closed",
+                    self.tool,
                     self.started.elapsed().as_secs_f64(),
                     self.peers.len(),
                     self.answered,

@@ -11,6 +11,7 @@
 //! rpc-bench inproc --calls N [--size 64]
 //! rpc-bench tcp-conns [--conns 2000]
 //! rpc-bench verbs-conns --connect ADDR:PORT --conns N [--in-flight 16] [--out F] [--hold F]
+//! rpc-bench tcp-idle [--conns 10000] [--seconds 10] [--in-flight 16]
 //! ```
 
 use std::process::ExitCode;
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 static ALLOCATOR: rpc_sync::CountingAllocator = rpc_sync::CountingAllocator;
 
 use rpc_benches::cli::{self, CliError, Command, LoadArgs, ServeArgs, System};
-use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp, stream, verbs_conns};
+use rpc_benches::{conns, grpc, idle, inproc, ours, raw_tcp, stream, tcp_idle, verbs_conns};
 
 fn main() -> ExitCode {
     // Warnings (a connection given up on, a refused admission) to stderr; RUST_LOG for more.
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
         }
         Command::Idle(args) => print_json("idle", idle::run(&args).map(|r| r.to_json())),
         Command::TcpConns(args) => print_json("tcp-conns", conns::run(&args).map(|r| r.to_json())),
+        Command::TcpIdle(args) => print_json("tcp-idle", tcp_idle::run(&args).map(|r| r.to_json())),
         Command::VerbsConns(args) => {
             print_json("verbs-conns", verbs_conns::run(&args).map(|r| r.to_json()))
         }
