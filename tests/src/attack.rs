@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpc_core::protocol::v2::flags;
+use rpc_core::protocol::v2::{extension, flags};
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::transport::verbs::VerbsEndpoint;
 use rpc_core::transport::{Completion, CompletionQueue, Link};
@@ -282,6 +282,18 @@ impl<W: Wire> Attacker<W> {
             segment_len: len,
             ..Header::new(Kind::Message)
         };
+        // Shared credits, as this implementation's clients offer them (PROTOCOL.md §22.4): a
+        // server of pooled slots then raises the grant while the attacker runs short, instead
+        // of keeping it at the base of 3.
+        self.phase = "offering shared credits";
+        self.ensure_credits();
+        self.send(
+            Header {
+                call_id: extension::offer(extension::SHARED_CREDITS),
+                ..Header::new(Kind::Ping)
+            },
+            &[],
+        );
         self.phase = "opening calls";
         for call in 1..=CALLS {
             self.ensure_credits();
