@@ -92,3 +92,43 @@ fn a_healthy_idle_connection_is_kept() {
         server.shutdown();
     });
 }
+
+/// A client that offers the keepalive pace (PROTOCOL.md §22.5) is told the server's: after the
+/// acceptance naming bit 2, a PING `RP-K` with the server's keepalive interval in
+/// milliseconds (200 here; its clients then PING it no more often).
+#[test]
+fn the_server_announces_its_keepalive_pace_after_accepting_it() {
+    use rpc_core::protocol::{extension, flags, Header, Kind, HEADER_LEN};
+    use std::io::{Read, Write};
+    with_watchdog(Duration::from_secs(30), || {
+        let server = server();
+        let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+        raw_hello(&mut raw);
+        let offer = Header {
+            call_id: extension::offer(extension::KEEPALIVE_PACE),
+            ..Header::new(Kind::Ping)
+        };
+        raw.write_all(&offer.to_frame(&[])).unwrap();
+        let mut next = || {
+            let mut header = [0u8; HEADER_LEN];
+            raw.read_exact(&mut header).unwrap();
+            let h = Header::decode(&header).unwrap();
+            let mut payload = vec![0u8; h.segment_len as usize];
+            raw.read_exact(&mut payload).unwrap();
+            h
+        };
+        let acceptance = next();
+        assert!(acceptance.kind == Kind::Ping && acceptance.has(flags::ACK));
+        assert_eq!(
+            extension::accepted(acceptance.call_id),
+            Some(extension::KEEPALIVE_PACE)
+        );
+        let pace = next();
+        assert!(pace.kind == Kind::Ping && !pace.has(flags::ACK));
+        assert_eq!(
+            extension::paced(pace.call_id),
+            Some(FAST.interval.as_millis() as u32)
+        );
+        server.shutdown();
+    });
+}

@@ -454,6 +454,8 @@ pub struct Connection<C, P> {
     /// The extensions in force (§22, [`extension`] bits): server, those it accepted from the
     /// client's offer; client, those the server's acceptance named.
     extensions: u32,
+    /// Server: the keepalive interval last announced to the client as its pace (§22.5).
+    announced_pace: Option<Duration>,
     /// Server: this connection's grant of a pool's receive slots (§22.4), if they are pooled;
     /// otherwise the grant is `local.slot_count`, always.
     grant: Option<Grant>,
@@ -513,6 +515,7 @@ where
             memory: ConnectionMemory::unlimited(),
             timers: Timers::default(),
             extensions: 0,
+            announced_pace: None,
             grant: None,
             raising: false,
             records: Reservation::default(),
@@ -779,6 +782,13 @@ where
     }
 
     fn on_ping(&mut self, h: &Header) -> Event<'static, C> {
+        if self.role == Role::Client && self.extensions & extension::KEEPALIVE_PACE != 0 {
+            if let Some(millis) = extension::paced(h.call_id).filter(|_| !h.has(flags::ACK)) {
+                let millis = millis.min(extension::MAX_PACE_MS);
+                self.timers
+                    .set_peer_pace(Duration::from_millis(u64::from(millis)));
+            }
+        }
         if h.has(flags::ACK) {
             if self.role == Role::Client {
                 if let Some(accepted) = extension::accepted(h.call_id) {
@@ -799,11 +809,34 @@ where
                 // Agreement only grows: frames the client sends under an earlier acceptance
                 // may be on their way.
                 self.extensions |= bits & self.acceptable();
+                // The pace follows the acceptance on the wire (a PONG leaves before a PING).
+                self.announce_pace();
                 extension::acceptance(self.extensions)
             }
             None => h.call_id,
         });
         Event::None
+    }
+
+    /// Server: tells the client the pace of its keepalive PINGs (§22.5), the keepalive
+    /// interval in force, once bit 2 is agreed and whenever that interval moved by half since
+    /// the last announcement (an endpoint's pace follows its number of connections).
+    fn announce_pace(&mut self) {
+        if self.role != Role::Server || self.extensions & extension::KEEPALIVE_PACE == 0 {
+            return;
+        }
+        let Some(keepalive) = self.timers.own_keepalive() else {
+            return;
+        };
+        let interval = keepalive.interval;
+        let moved = self
+            .announced_pace
+            .is_none_or(|last| interval >= last * 3 / 2 || interval * 3 / 2 <= last);
+        if moved {
+            let millis = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+            self.ping = Some(extension::pace(millis));
+            self.announced_pace = Some(interval);
+        }
     }
 
     fn on_goodbye(&mut self, h: &Header) -> Result<Event<'static, C>, Error> {
@@ -1386,9 +1419,10 @@ where
     /// counts against the new values.
     pub fn set_keepalive(&mut self, keepalive: Option<Keepalive>) {
         self.timers.set_keepalive(keepalive);
+        self.announce_pace();
     }
 
-    /// The keepalive in force.
+    /// The keepalive in force (a client's at its server's pace, §22.5, if that is slower).
     pub fn keepalive(&self) -> Option<Keepalive> {
         self.timers.keepalive()
     }

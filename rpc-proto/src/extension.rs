@@ -11,13 +11,23 @@ pub const WHOLE_REQUESTS: u32 = 0x1;
 /// its `slot_count` (a server accepts it when its receive slots are pooled).
 pub const SHARED_CREDITS: u32 = 0x2;
 
+/// Bit 2: keepalive pace (§22.5), the server tells the client how long a silence to wait
+/// before it PINGs the server, so that a server's clients together PING it at a bounded rate.
+pub const KEEPALIVE_PACE: u32 = 0x4;
+
 /// The extensions this implementation speaks.
-pub const SUPPORTED: u32 = WHOLE_REQUESTS | SHARED_CREDITS;
+pub const SUPPORTED: u32 = WHOLE_REQUESTS | SHARED_CREDITS | KEEPALIVE_PACE;
+
+/// The longest pace (in milliseconds) this implementation's client honours: a server that
+/// announces more is taken to mean this much, so a dead server is still found within minutes.
+pub const MAX_PACE_MS: u32 = 60_000;
 
 /// The first four bytes of an offer's value on the wire.
 const OFFER: [u8; 4] = *b"RP-X";
 /// The first four bytes of an acceptance's value on the wire.
 const ACCEPT: [u8; 4] = *b"RP+X";
+/// The first four bytes of a pace's value on the wire.
+const PACE: [u8; 4] = *b"RP-K";
 
 /// A PING's value (its `call_id`) as bytes on the wire: `tag`, then `bits` little-endian.
 fn value(tag: [u8; 4], bits: u32) -> u64 {
@@ -53,6 +63,16 @@ pub fn accepted(value: u64) -> Option<u32> {
     bits(ACCEPT, value)
 }
 
+/// The PING value of a server's keepalive pace of `millis` milliseconds (§22.5).
+pub fn pace(millis: u32) -> u64 {
+    value(PACE, millis)
+}
+
+/// The milliseconds a PING value announces, if it is a pace.
+pub fn paced(value: u64) -> Option<u32> {
+    bits(PACE, value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +86,13 @@ mod tests {
             [0x52, 0x50, 0x2b, 0x58, 1, 0, 0, 0]
         );
         assert_eq!(offered(offer(5)), Some(5));
+        // §22.5: `52 50 2D 4B`, then the milliseconds little-endian.
+        assert_eq!(
+            pace(20_000).to_le_bytes(),
+            [0x52, 0x50, 0x2d, 0x4b, 0x20, 0x4e, 0, 0]
+        );
+        assert_eq!(paced(pace(20_000)), Some(20_000));
+        assert_eq!(paced(offer(4)), None);
         assert_eq!(accepted(acceptance(0)), Some(0));
         // A peer without extensions echoes the offer: that accepts nothing.
         assert_eq!(accepted(offer(1)), None);

@@ -202,13 +202,16 @@ impl Endpoint {
 
     /// Registers a link admitted with `memory` ([`Endpoint::admit`]) as a connection.
     pub(crate) fn add_link(&self, link: Arc<dyn Link>, memory: ConnectionMemory) -> Arc<Conn> {
+        // A connection starts at the keepalive pace of the endpoint it joins (a server
+        // announces it to its client, PROTOCOL.md §22.5); the ticks keep it up to date.
+        let (keepalive, _) = self.paced(self.links.read().len() + 1);
         let conn = Conn::new(
             link,
             self.role,
             self.dispatch.clone(),
             Arc::clone(&self.counters),
             memory,
-            (self.keepalive, self.stall_timeout),
+            (keepalive, self.stall_timeout),
             self.offer_extensions,
         );
         {

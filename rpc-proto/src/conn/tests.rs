@@ -1360,7 +1360,9 @@ fn agreed_pair() -> (Core, Core, Wire, Wire) {
     assert_eq!(up.deliver(&mut server), vec![]);
     assert!(server.whole_requests(), "accepted from the offer on");
     down.flush(&mut server);
-    let accepted = extension::acceptance(extension::WHOLE_REQUESTS);
+    // Whole requests and the keepalive pace: no pool, so no shared credits (no keepalive
+    // either, so no pace follows).
+    let accepted = extension::acceptance(extension::WHOLE_REQUESTS | extension::KEEPALIVE_PACE);
     assert_eq!(down.deliver(&mut client), vec![Ev::Pong(accepted)]);
     assert!(client.whole_requests());
     (client, server, up, down)
@@ -1613,7 +1615,7 @@ fn a_later_offer_or_answer_withdraws_no_agreed_extension() {
     let answer = Header::decode(&down.frames[0]).unwrap();
     assert_eq!(
         extension::accepted(answer.call_id),
-        Some(extension::WHOLE_REQUESTS),
+        Some(extension::WHOLE_REQUESTS | extension::KEEPALIVE_PACE),
         "the acceptance names every bit in force"
     );
     let empty_answer = frame(

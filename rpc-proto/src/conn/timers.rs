@@ -38,13 +38,19 @@ impl Keepalive {
     pub fn paced(self, connections: usize, pings_per_second: u32) -> Keepalive {
         let spread =
             Duration::from_secs_f64(connections as f64 / f64::from(pings_per_second.max(1)));
-        let interval = self.interval.max(spread);
-        let timeout = if interval > self.interval {
-            self.timeout.max(interval)
-        } else {
-            self.timeout
-        };
-        Keepalive { interval, timeout }
+        self.at_least(spread)
+    }
+
+    /// This keepalive with an interval of at least `interval`, and then a timeout at least as
+    /// long (see [`Keepalive::paced`]); unchanged if its interval is that long already.
+    pub fn at_least(self, interval: Duration) -> Keepalive {
+        if interval <= self.interval {
+            return self;
+        }
+        Keepalive {
+            interval,
+            timeout: self.timeout.max(interval),
+        }
     }
 }
 
@@ -97,6 +103,8 @@ pub(super) struct Timers {
     /// compacted ([`Timers::watch`]): at most `64 + 2 × max_calls`.
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     keepalive: Option<Keepalive>,
+    /// The least silence before a PING the peer asked for (a server's pace, §22.5).
+    peer_pace: Duration,
     stall_timeout: Option<Duration>,
     /// Frames received so far, and the count the last keepalive step saw.
     frames_received: u64,
@@ -125,8 +133,19 @@ impl Timers {
         self.keepalive = keepalive;
     }
 
+    /// The keepalive in force: the one set, at the peer's pace if that is slower.
     pub(super) fn keepalive(&self) -> Option<Keepalive> {
+        self.keepalive.map(|k| k.at_least(self.peer_pace))
+    }
+
+    /// The keepalive set, without the peer's pace.
+    pub(super) fn own_keepalive(&self) -> Option<Keepalive> {
         self.keepalive
+    }
+
+    /// The peer asks for at least `pace` of silence before each PING.
+    pub(super) fn set_peer_pace(&mut self, pace: Duration) {
+        self.peer_pace = pace;
     }
 
     pub(super) fn set_stall_timeout(&mut self, timeout: Option<Duration>) {
@@ -181,7 +200,7 @@ impl Timers {
     /// Keepalive at `now`: any frame since the last step shows the peer alive; silence past
     /// the interval gets a PING, past the interval and the timeout gives the peer up.
     pub(super) fn keepalive_step(&mut self, now: Instant) -> KeepaliveStep {
-        let Some(keepalive) = self.keepalive else {
+        let Some(keepalive) = self.keepalive() else {
             return KeepaliveStep::Quiet;
         };
         let last_alive = match self.last_alive {
@@ -215,7 +234,7 @@ impl Timers {
     /// timeout counts from the tick that first saw it unchanged).
     pub(super) fn next_due(&self, reassembling: bool) -> Option<Instant> {
         let deadline = self.deadlines.peek().map(|Reverse((at, _))| *at);
-        let keepalive = match (self.keepalive, self.last_alive) {
+        let keepalive = match (self.keepalive(), self.last_alive) {
             (Some(k), Some(alive)) if self.pinged => Some(alive + k.interval + k.timeout),
             (Some(k), Some(alive)) => Some(alive + k.interval),
             _ => None,

@@ -30,7 +30,7 @@ fn a_server_accepts_shared_credits_only_when_its_slots_are_pooled() {
     let pool = CreditPool::new(64);
     let pooled = pooled_pair(&pool);
     assert!(pooled.client.core.shared_credits() && pooled.server.core.shared_credits());
-    let both = extension::WHOLE_REQUESTS | extension::SHARED_CREDITS;
+    let both = extension::SUPPORTED;
     assert!(pooled
         .client
         .seen
@@ -40,7 +40,7 @@ fn a_server_accepts_shared_credits_only_when_its_slots_are_pooled() {
     own_rings.client.core.offer_extensions();
     own_rings.drive();
     assert!(!own_rings.client.core.shared_credits() && !own_rings.server.core.shared_credits());
-    let accepted = extension::acceptance(extension::WHOLE_REQUESTS);
+    let accepted = extension::acceptance(extension::SUPPORTED & !extension::SHARED_CREDITS);
     assert!(own_rings.client.seen.contains(&Seen::Pong(accepted)));
 }
 

@@ -243,6 +243,75 @@ fn paced_keepalive_pings_less_and_still_detects_a_dead_peer() {
     );
 }
 
+/// A server paced for 20,000 connections announces its pace once it accepted the client's
+/// offer of bit 2 (PROTOCOL.md §22.5): the client then waits 20 s of silence before it PINGs,
+/// not 1 s, so 20,000 such clients PING their server 1,000 times a second, not 20,000; and it
+/// still gives a dead server up within the pace and its timeout. When the server's pace
+/// shrinks again, so does the client's. A client that did not offer the extension keeps its
+/// own keepalive.
+#[test]
+fn a_client_pings_at_its_servers_pace() {
+    let base = Keepalive::default();
+    let paced = base.paced(20_000, 1000);
+    let client_pings = |pair: &Pair| {
+        pair.client
+            .sent
+            .iter()
+            .filter(|k| **k == Kind::Ping)
+            .count()
+    };
+    let mut pair = Pair::new();
+    pair.server.core.set_keepalive(Some(paced));
+    pair.client.core.set_keepalive(Some(base));
+    pair.client.core.offer_extensions();
+    pair.advance(Duration::ZERO);
+    assert_eq!(
+        pair.client.core.keepalive(),
+        Some(paced),
+        "the pace arrived"
+    );
+    let before = client_pings(&pair);
+    pair.run_for(Duration::from_secs(100), 250 * MS);
+    // Its own PINGs after 20 s of silence and its answers to the server's: about 5 each.
+    let pings = client_pings(&pair) - before;
+    assert!(
+        (2..=12).contains(&pings),
+        "PINGs and answers over 100 s at a 20 s pace: {pings}"
+    );
+    assert!(!pair.client.take_seen().contains(&Seen::PeerSilent));
+    // The server's endpoint shrank: its next tick announces the base again.
+    pair.server.core.set_keepalive(Some(base));
+    pair.advance(250 * MS);
+    assert_eq!(pair.client.core.keepalive(), Some(base), "back to 1 s");
+    pair.server.core.set_keepalive(Some(paced));
+    pair.advance(250 * MS);
+    pair.server.cut_off = true;
+    let died = pair.now;
+    let mut given_up = None;
+    while given_up.is_none() && pair.now < died + Duration::from_secs(60) {
+        pair.advance(250 * MS);
+        if pair.client.take_seen().contains(&Seen::PeerSilent) {
+            given_up = Some(pair.now - died);
+        }
+    }
+    let given_up = given_up.expect("the client gives the dead server up");
+    assert!(
+        given_up <= paced.interval + paced.timeout + Duration::from_millis(500),
+        "detected after {given_up:?}"
+    );
+
+    let mut plain = Pair::new();
+    plain.server.core.set_keepalive(Some(paced));
+    plain.client.core.set_keepalive(Some(base));
+    plain.advance(Duration::ZERO);
+    plain.run_for(Duration::from_secs(10), 250 * MS);
+    assert_eq!(
+        plain.client.core.keepalive(),
+        Some(base),
+        "no offer, no pace"
+    );
+}
+
 #[test]
 fn poll_timeout_names_the_next_thing_to_do() {
     let mut pair = Pair::new();
