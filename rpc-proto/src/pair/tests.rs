@@ -8,6 +8,20 @@ use crate::{flags, metadata, Code, Keepalive, Kind, Role, SendError};
 
 const MS: Duration = Duration::from_millis(1);
 
+/// The server dies silently (nothing it sends arrives any more): how long the client takes
+/// to give it up, in steps of 250 ms; fails if it does not within `limit`.
+fn silence_until_given_up(pair: &mut Pair, limit: Duration) -> Duration {
+    pair.server.cut_off = true;
+    let died = pair.now;
+    while pair.now < died + limit {
+        pair.advance(250 * MS);
+        if pair.client.take_seen().contains(&Seen::PeerSilent) {
+            return pair.now - died;
+        }
+    }
+    panic!("the client did not give the dead server up within {limit:?}");
+}
+
 #[test]
 fn a_deadline_ends_the_call_at_both_ends_at_the_same_virtual_instant() {
     let mut pair = Pair::new();
@@ -168,17 +182,7 @@ fn keepalive_pings_a_quiet_peer_and_gives_up_on_a_dead_one() {
         (10..=30).contains(&pings),
         "about one PING per interval of silence: {pings}"
     );
-    // The server dies silently: nothing it sends arrives any more.
-    pair.server.cut_off = true;
-    let died = pair.now;
-    let mut given_up = None;
-    while given_up.is_none() && pair.now < died + Duration::from_secs(10) {
-        pair.advance(250 * MS);
-        if pair.client.take_seen().contains(&Seen::PeerSilent) {
-            given_up = Some(pair.now - died);
-        }
-    }
-    let given_up = given_up.expect("the client gives the peer up");
+    let given_up = silence_until_given_up(&mut pair, Duration::from_secs(10));
     assert!(
         given_up >= keepalive.interval + keepalive.timeout
             && given_up <= keepalive.interval + keepalive.timeout + Duration::from_millis(500),
@@ -227,16 +231,7 @@ fn paced_keepalive_pings_less_and_still_detects_a_dead_peer() {
         "one PING per 20 s of silence over 100 s: {pings}"
     );
     assert!(!pair.client.take_seen().contains(&Seen::PeerSilent));
-    pair.server.cut_off = true;
-    let died = pair.now;
-    let mut given_up = None;
-    while given_up.is_none() && pair.now < died + Duration::from_secs(60) {
-        pair.advance(250 * MS);
-        if pair.client.take_seen().contains(&Seen::PeerSilent) {
-            given_up = Some(pair.now - died);
-        }
-    }
-    let given_up = given_up.expect("the client gives the peer up");
+    let given_up = silence_until_given_up(&mut pair, Duration::from_secs(60));
     assert!(
         given_up <= paced.interval + paced.timeout + Duration::from_millis(500),
         "detected after {given_up:?}"
@@ -285,16 +280,7 @@ fn a_client_pings_at_its_servers_pace() {
     assert_eq!(pair.client.core.keepalive(), Some(base), "back to 1 s");
     pair.server.core.set_keepalive(Some(paced));
     pair.advance(250 * MS);
-    pair.server.cut_off = true;
-    let died = pair.now;
-    let mut given_up = None;
-    while given_up.is_none() && pair.now < died + Duration::from_secs(60) {
-        pair.advance(250 * MS);
-        if pair.client.take_seen().contains(&Seen::PeerSilent) {
-            given_up = Some(pair.now - died);
-        }
-    }
-    let given_up = given_up.expect("the client gives the dead server up");
+    let given_up = silence_until_given_up(&mut pair, Duration::from_secs(60));
     assert!(
         given_up <= paced.interval + paced.timeout + Duration::from_millis(500),
         "detected after {given_up:?}"
