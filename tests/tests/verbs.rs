@@ -258,16 +258,16 @@ fn verbs_connections_waiting_for_a_shared_send_slot_are_all_served() {
     scenarios::callers_waiting_for_shared_send_slots(&format!("{ip}:0"), V);
 }
 
-/// A verbs server lets a connection have at most `sends_in_flight` SENDs in flight, inline
-/// ones included (they hold send queue entries though their slots went back at the post).
-/// With 2, streams of small (inline) and large messages, from two clients at once, must still
-/// deliver every message: a connection at its quota is told by the completion covering its
-/// SENDs, and waits for nothing else.
+/// A verbs server lets the connections of a shard have at most `sends_in_flight` SENDs in
+/// flight together, inline ones included (they hold send queue entries though their slots
+/// went back at the post). With 2, streams of small (inline) and large messages to two clients
+/// at once must still deliver every message: a connection that finds no place waits for one
+/// in turn and is told when one is given back.
 #[test]
-fn verbs_a_connection_at_its_send_quota_delivers_every_message() {
+fn verbs_connections_sharing_two_sends_in_flight_deliver_every_message() {
     let Some(ip) = verbs_addr() else { return };
     scenarios::with_watchdog(
-        "connections at their send quota",
+        "two SENDs in flight for a shard",
         Duration::from_secs(300),
         move || {
             let census = Census::new();

@@ -281,9 +281,9 @@ impl RingConfig {
 ///   about `base_grant × recv_slot_size` per connection (12 KiB at the defaults).
 /// - **Send slots**: `send_slots` slots of the [`RingConfig`]'s `slot_size`, registered once,
 ///   that a connection takes one per frame in flight (a frame sent inline gives it back at
-///   once). A connection has at most `sends_in_flight` SENDs in flight (and at most the
-///   [`RingConfig`]'s `slot_count`): its send queue's depth, and the completion entries its
-///   shard's completion queue reserves for it.
+///   once), at most the [`RingConfig`]'s `slot_count` at a time (its send queue's depth). The
+///   connections of a shard have at most `sends_in_flight` SENDs in flight together, inline
+///   ones included, for which the shard's completion queue reserves entries.
 ///
 /// Over TCP the same numbers hold with heap slots of the [`RingConfig`]'s `slot_size`,
 /// allocated as frames arrive: one pool of `recv_slots × recv_shards` credits, and at most that
@@ -291,8 +291,8 @@ impl RingConfig {
 ///
 /// At the defaults: 16 shards of 4,096 slots of 4 KiB, 21,845 connections at a base grant of
 /// 3, each taking 12 KiB of receive slots, and 2,048 send slots (16 MiB); a shard's completion
-/// queue holds 4,608 receive completions and 16 SENDs for each of its 1,365 connections (26,448
-/// entries, within rdma_rxe's 32,767).
+/// queue holds 4,608 receive completions and 24,576 SENDs (29,184 entries, within rdma_rxe's
+/// 32,767).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedRings {
     /// Receive slots per shard. Raises take at most half of them, so the other half always
@@ -308,7 +308,8 @@ pub struct SharedRings {
     /// Send slots shared by the connections (verbs). A connection that finds none free waits
     /// for the next one given back, in turn.
     pub send_slots: u32,
-    /// SENDs one connection has in flight at most (verbs).
+    /// SENDs the connections of one shard have in flight together (verbs): the shard's
+    /// completion queue holds as many entries, besides one per posted receive.
     pub sends_in_flight: u32,
     /// Credits a connection always has: its HELLO's `slot_count` (at least 3).
     pub base_grant: u32,
@@ -323,14 +324,14 @@ impl Default for SharedRings {
 }
 
 impl SharedRings {
-    /// The defaults: up to 16 shards of 4,096 receive slots of 4 KiB, 2,048 send slots, 16
-    /// SENDs in flight per connection, a base grant of 3, at most 64 per connection.
+    /// The defaults: up to 16 shards of 4,096 receive slots of 4 KiB, 2,048 send slots, 24,576
+    /// SENDs in flight per shard, a base grant of 3, at most 64 per connection.
     pub const DEFAULT: SharedRings = SharedRings {
         recv_slots: 4096,
         recv_shards: 16,
         recv_slot_size: 4096,
         send_slots: 2048,
-        sends_in_flight: 16,
+        sends_in_flight: 24_576,
         base_grant: 3,
         max_grant: 64,
     };

@@ -269,17 +269,12 @@ impl CqShards {
                 return Ok((cq, reservation));
             }
         }
-        self.dedicated(n, n)
+        self.dedicated(n)
     }
 
-    /// A new shard of its own with `n` entries reserved, growing up to at least `room` (but
-    /// the device's `max_cqe` at most).
-    pub(super) fn dedicated(
-        &self,
-        n: u32,
-        room: u32,
-    ) -> Result<(Arc<RawCq>, CqeReservation), Error> {
-        let cq = self.add(room.max(n).max(self.cap))?;
+    /// A new shard of its own with `n` entries reserved (the device's `max_cqe` at most).
+    pub(super) fn dedicated(&self, n: u32) -> Result<(Arc<RawCq>, CqeReservation), Error> {
+        let cq = self.add(n.max(self.cap))?;
         match cq.reserve(n)? {
             Some(reservation) => Ok((cq, reservation)),
             None => Err(Error::Verbs {

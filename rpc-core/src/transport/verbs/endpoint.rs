@@ -87,9 +87,9 @@ impl Core {
             )));
         }
         // A shared-ring link sends and receives on its shard's CQ, which reserved entries for
-        // its SENDs at admission; its send queue holds as many. Other links reserve two
-        // entries per slot on a CQ shard with room.
-        let (recv, send, grant, local_hello, cq, reservation, send_depth) = match shared {
+        // its receives and SENDs; other links reserve two entries per slot on a CQ shard with
+        // room.
+        let (recv, send, grant, local_hello, cq, reservation) = match shared {
             Some((pools, admission)) => {
                 let shard = admission.shard;
                 let hello = Hello {
@@ -97,20 +97,10 @@ impl Core {
                     slot_size: shard.slot_size() as u32,
                     ..ring.hello()
                 };
-                let sends = pools.sends_per_link(ring.slot_count);
-                let send = SendRing::shared(pools.send().clone(), sends);
+                let send = SendRing::shared(pools.send().clone(), ring.slot_count);
                 let cq = shard.cq().clone();
-                let reservation = admission.reservation;
                 let recv = RecvRing::Shared(shard);
-                (
-                    recv,
-                    send,
-                    Some(admission.grant),
-                    hello,
-                    cq,
-                    reservation,
-                    sends,
-                )
+                (recv, send, Some(admission.grant), hello, cq, None)
             }
             None => {
                 let recv = Region::new(&res.pd, ring.slot_count, ring.slot_size)?;
@@ -124,8 +114,7 @@ impl Core {
                     None,
                     hello,
                     cq,
-                    reservation,
-                    ring.slot_count,
+                    Some(reservation),
                 )
             }
         };
@@ -133,13 +122,13 @@ impl Core {
             RecvRing::Shared(shared) => Some(shared.srq()),
             RecvRing::Own(_) => None,
         };
-        let qp = Qp::new(id, &res.pd, &cq, send_depth, srq)?;
+        let qp = Qp::new(id, &res.pd, &cq, ring.slot_count, srq)?;
         LinkInner::new(LinkParts {
             qp,
             recv,
             grant,
             send,
-            reservation: Some(reservation),
+            reservation,
             id: link_id,
             local_hello,
             peer_name,
@@ -605,8 +594,7 @@ impl VerbsAcceptor {
             let shared = match self.shared {
                 Some(config) => {
                     let pools = (self.core.cq).ensure_shared(&res, config, self.ring.slot_size)?;
-                    let sends = pools.sends_per_link(self.ring.slot_count);
-                    let admission = pools.admit((&res.pd, &res.cqs), sends)?;
+                    let admission = pools.admit((&res.pd, &res.cqs))?;
                     Some((pools, admission))
                 }
                 None => None,

@@ -19,14 +19,15 @@
 //! the completion that covers it.
 //!
 //! A link of a shared receive queue has no send ring: it takes slots from the endpoint's
-//! [`SharedSend`], and has at most `quota` SENDs in flight (its QP's send queue depth; its
-//! shard's CQ reserved as many entries). An inline SEND's slot goes back to the pool right
-//! after the post, which copied the frame, but the SEND still counts against the quota until
-//! a completion covers it: it holds a send queue entry, and a flush would complete it. The
-//! last SEND of a post that leaves slots waiting for their completion is signalled, so that
-//! no slot stays with an idle link. A link that waited for a slot is told through the link
-//! table when one is free; one that reached its quota, by the completion that covers its
-//! SENDs. Signalling is selective: every `signal_every`-th SEND (three
+//! [`SharedSend`], and has at most `quota` SENDs in flight (its QP's send queue depth), each
+//! holding one of its shard's budget of SENDs in flight (for which the shard's CQ reserved
+//! entries). An inline SEND's slot goes back to the pool right after the post, which copied
+//! the frame, but the SEND keeps its quota unit and its place in the budget until a
+//! completion covers it: it holds a send queue entry, and a flush would complete it. Every
+//! [`SHARED_SIGNAL_EVERY`]-th SEND is signalled, so an idle link holds few places; so is the
+//! last SEND of a post that leaves slots waiting for their completion, so that no slot stays
+//! with an idle link. A link that waited for a slot or a place is told through the link table
+//! when one is free; one that reached its quota, by the completion that covers its SENDs. Signalling is selective: every `signal_every`-th SEND (three
 //! quarters of the ring) is signalled, and so is every SEND posted while fewer than
 //! `low_water` slots (a quarter) are free, so an exhausted pool always has a signalled SEND
 //! outstanding. A send completion is thus rare (one per 48 SENDs of a 64-slot ring), and
@@ -76,6 +77,11 @@ pub(super) type Links = LinkTable<LinkInner>;
 const INLINE_SIGNALED: u32 = u32::MAX;
 /// The same for an unsignalled inline SEND: it completes only when flushed.
 const INLINE_UNSIGNALED: u32 = u32::MAX - 1;
+
+/// A shared-ring link signals at least every this many SENDs: an idle link keeps at most one
+/// less of its shard's SENDs in flight (unsignalled SENDs are covered only by a later
+/// completion).
+const SHARED_SIGNAL_EVERY: u32 = 8;
 
 /// Whether `slot` of `SendState::inflight` is an inline SEND's mark, not a slot.
 fn is_inline_mark(slot: u32) -> bool {
@@ -168,10 +174,37 @@ impl RecvRing {
     }
 }
 
+/// What a shared-ring link's SENDs still held when the link was released (their completions,
+/// if any come, find no link): given back once its QP is destroyed, when this drops.
+struct HeldAtRelease {
+    slots: Vec<u32>,
+    places: usize,
+    pool: Arc<SharedSend>,
+    shard: Arc<SharedRecv>,
+    links: Arc<Links>,
+}
+
+impl Drop for HeldAtRelease {
+    fn drop(&mut self) {
+        for slot in self.slots.drain(..) {
+            if let Some(waiter) = self.pool.give(slot) {
+                self.links.push_send_ready(waiter);
+            }
+        }
+        for _ in 0..self.places {
+            if let Some(waiter) = self.shard.give_send() {
+                self.links.push_send_ready(waiter);
+            }
+        }
+    }
+}
+
 /// Everything a link owns. Field order is drop order: the QP goes first (so the device stops
-/// using the rings and the cm id can be destroyed), then the rings, then the CQ reservation.
+/// using the rings and the cm id can be destroyed), then what its SENDs held of shared
+/// rings, then the rings, then the CQ reservation.
 pub(super) struct LinkInner {
     qp: Qp,
+    held_at_release: Option<HeldAtRelease>,
     recv: RecvRing,
     send: SendRing,
     _reservation: Option<CqeReservation>,
@@ -216,11 +249,15 @@ impl LinkInner {
     /// Builds the link, registers it in the CQ's link table and posts every receive slot.
     pub(super) fn new(parts: LinkParts) -> Result<Arc<LinkInner>, Error> {
         let count = parts.send.count();
-        let signal_every = (count * 3 / 4).max(1);
+        let signal_every = match &parts.send {
+            SendRing::Own { .. } => (count * 3 / 4).max(1),
+            SendRing::Shared { .. } => (count * 3 / 4).clamp(1, SHARED_SIGNAL_EVERY),
+        };
         let low_water = (count / 4).max(1);
         let key = parts.links.next_key()?;
         let link = Arc::new(LinkInner {
             qp: parts.qp,
+            held_at_release: None,
             recv: parts.recv,
             send: parts.send,
             _reservation: parts.reservation,
@@ -446,6 +483,7 @@ impl LinkInner {
         match (&self.send, is_inline_mark(slot)) {
             (SendRing::Shared { held, .. }, true) => {
                 held.sub(1);
+                self.give_place();
             }
             (SendRing::Own { .. }, true) => {}
             (_, false) => self.free_send(slot),
@@ -461,7 +499,18 @@ impl LinkInner {
             }
             SendRing::Shared { held, .. } => {
                 held.sub(1);
+                self.give_place();
                 self.give_shared(slot);
+            }
+        }
+    }
+
+    /// Gives a place of the shard's budget of SENDs in flight back, telling a link that
+    /// waited for one.
+    fn give_place(&self) {
+        if let RecvRing::Shared(shard) = &self.recv {
+            if let Some(waiter) = shard.give_send() {
+                self.links.push_send_ready(waiter);
             }
         }
     }
@@ -608,9 +657,18 @@ impl LinkInner {
                 if !held.try_add_below(*quota as usize) {
                     return None;
                 }
+                let placed = match &self.recv {
+                    RecvRing::Shared(shard) => shard.take_send(self.key).is_some(),
+                    RecvRing::Own(_) => true,
+                };
+                if !placed {
+                    held.sub(1);
+                    return None;
+                }
                 match pool.take(self.key) {
                     Some(slot) => slot,
                     None => {
+                        self.give_place();
                         held.sub(1);
                         return None;
                     }
@@ -637,9 +695,29 @@ impl Drop for LinkInner {
                 self.links.push_send_ready(waiter);
             }
         }
+        if let RecvRing::Shared(shard) = &self.recv {
+            for waiter in shard.forget_sends(self.key) {
+                self.links.push_send_ready(waiter);
+            }
+        }
+        if let (SendRing::Shared { pool, .. }, RecvRing::Shared(shard)) = (&self.send, &self.recv) {
+            let inflight = std::mem::take(&mut self.send_state.get_mut().inflight);
+            self.held_at_release = Some(HeldAtRelease {
+                slots: inflight
+                    .iter()
+                    .copied()
+                    .filter(|s| !is_inline_mark(*s))
+                    .collect(),
+                places: inflight.len(),
+                pool: pool.clone(),
+                shard: shard.clone(),
+                links: self.links.clone(),
+            });
+        }
         // The fields drop next, in order: the QP (rdma_destroy_qp discards all posted work,
         // so the device no longer touches the rings), the cm id with it (rdma_destroy_id also
-        // disconnects an established connection), the rings (deregistered, freed), and the CQ
+        // disconnects an established connection), what the SENDs held of shared rings (given
+        // back), the rings (deregistered, freed), and the CQ
         // reservation.
         tracing::debug!(link = self.id, key = self.key, "verbs: link released");
     }

@@ -9,7 +9,7 @@
 //! | `max_rd_atomic` / `max_dest_rd_atomic` | 0 (`initiator_depth` / `responder_resources`) | no RDMA READ or atomics: every transfer is a two-sided SEND |
 //! | path MTU | what rdma_cm derives from the port / netdev (RoCE: the interface MTU) | checked against the port's `active_mtu` and logged; rdma_cm performs the RTR transition, so it cannot be chosen independently |
 //! | `max_inline_data` | 256 requested, the device's grant used | small frames are copied into the WQE: no DMA read of the slot |
-//! | `max_send_wr` / `max_recv_wr` | slot count (a shared-ring link: its `sends_in_flight`) | one WR per slot, or per quota unit of a shared-ring link; a slot or unit is reused only after the completion covering its WR was polled, so posting cannot overflow |
+//! | `max_send_wr` / `max_recv_wr` | slot count | one WR per slot (a shared-ring link: per SEND of its quota, inline ones included); a slot or unit is reused only after the completion covering its WR was polled, so posting cannot overflow |
 //! | `srq` | a server's shared receive queue, if it pools its slots | receives come from the SRQ, posted once for every QP (`shared_recv` module) |
 //! | `sq_sig_all` | 0 | selective signalling (see the link module) |
 

@@ -9,12 +9,11 @@
 //! receives from that SRQ.
 //!
 //! **Send slots.** One [`SharedSend`] pool for every link. A link's QP sends and receives on
-//! its shard's completion queue. A link has at most `sends_in_flight` SENDs in flight (inline
-//! ones included, though their slots go back at the post: each still holds an entry of the
-//! send queue, and a flush turns it into a completion), so the shard's CQ reserves that many
-//! entries per link admitted, besides one per posted receive; a shard whose CQ has no room
-//! left admits no more links. So no burst of completions, not even every link flushed at
-//! once, can overflow a CQ.
+//! its shard's completion queue. Every SEND in flight (inline ones included, though their
+//! slots go back at the post: each still holds an entry of the send queue, and a flush turns
+//! it into a completion) holds one of its shard's `sends_in_flight`, for which the shard's CQ
+//! reserves entries besides one per posted receive. So no burst of completions, not even
+//! every link flushed at once, can overflow a CQ.
 //!
 //! Shards are added by the acceptor thread only, so `adding` serializes nothing on the data
 //! path; the list is read on admission and when a receive of a released link is re-posted.
@@ -24,7 +23,7 @@ use std::sync::Arc;
 use rpc_proto::Grant;
 use rpc_sync::{Mutex, RwLock};
 
-use super::cq::{CqShards, CqeReservation};
+use super::cq::CqShards;
 use super::device::Pd;
 use super::shared_recv::SharedRecv;
 use super::shared_send::SharedSend;
@@ -32,12 +31,10 @@ use super::wr_id::MAX_SHARED;
 use crate::transport::SharedRings;
 use crate::Error;
 
-/// A link admitted to a shard: the shard, its grant of the shard's credits, and the entries
-/// the shard's CQ reserves for its SENDs.
+/// A link admitted to a shard: the shard, and its grant of the shard's credits.
 pub(super) struct Admission {
     pub(super) shard: Arc<SharedRecv>,
     pub(super) grant: Grant,
-    pub(super) reservation: CqeReservation,
 }
 
 /// A server endpoint's receive shards and send slots.
@@ -72,27 +69,15 @@ impl SharedPools {
         &self.send
     }
 
-    /// SENDs one link has in flight at most: its send queue's depth, its share of the send
-    /// slots, and the entries its shard's CQ reserves for it. `slot_count` is the endpoint's
-    /// ring configuration.
-    pub(super) fn sends_per_link(&self, slot_count: u32) -> u32 {
-        self.config.sends_in_flight.min(slot_count).max(1)
-    }
-
-    /// Admits a new link with `sends` SENDs in flight: the first shard with room for its base
-    /// grant and its SENDs' completion entries; a new shard when none has room; an error when
-    /// every shard allowed is full.
-    pub(super) fn admit(
-        &self,
-        (pd, cqs): (&Arc<Pd>, &CqShards),
-        sends: u32,
-    ) -> Result<Admission, Error> {
-        if let Some(admitted) = self.admit_existing(sends)? {
+    /// Admits a new link: the first shard with room for its base grant, and the grant; a new
+    /// shard when none has room; an error when every shard allowed is full.
+    pub(super) fn admit(&self, (pd, cqs): (&Arc<Pd>, &CqShards)) -> Result<Admission, Error> {
+        if let Some(admitted) = self.admit_existing() {
             return Ok(admitted);
         }
         let _adding = self.adding.lock();
         // Another admission may have added a shard, or a link given its grant back.
-        if let Some(admitted) = self.admit_existing(sends)? {
+        if let Some(admitted) = self.admit_existing() {
             return Ok(admitted);
         }
         let index = self.recv.read().len() as u32;
@@ -108,33 +93,25 @@ impl SharedPools {
         }
         let c = self.config;
         let numbers = (c.recv_slots, c.base_grant, c.max_grant);
-        let sizes = (c.recv_slot_size, sends);
+        let sizes = (c.recv_slot_size, c.sends_in_flight);
         let shard = SharedRecv::new(pd, cqs, index, numbers, sizes)?;
-        let (grant, reservation) = shard.admit(sends)?.ok_or_else(|| Error::Verbs {
+        let grant = shard.admit().ok_or_else(|| Error::Verbs {
             call: "accept",
-            reason: "a new shared receive shard has no room for one link".into(),
+            reason: "a new shared receive shard has no room for one base grant".into(),
         })?;
         self.recv.write().push(shard.clone());
         tracing::debug!(shards = index + 1, "verbs: shared receive shard added");
-        Ok(Admission {
-            shard,
-            grant,
-            reservation,
-        })
+        Ok(Admission { shard, grant })
     }
 
-    fn admit_existing(&self, sends: u32) -> Result<Option<Admission>, Error> {
-        let shards = self.recv.read().clone();
-        for shard in shards {
-            if let Some((grant, reservation)) = shard.admit(sends)? {
-                return Ok(Some(Admission {
-                    shard,
-                    grant,
-                    reservation,
-                }));
-            }
-        }
-        Ok(None)
+    fn admit_existing(&self) -> Option<Admission> {
+        let shards = self.recv.read();
+        shards.iter().find_map(|shard| {
+            (shard.admit()).map(|grant| Admission {
+                shard: shard.clone(),
+                grant,
+            })
+        })
     }
 
     /// Re-posts slot `slot` of shard `index` (its link is gone).

@@ -1,9 +1,10 @@
 //! One shard of a server endpoint's shared receive slots: an SRQ with `slots` receives of one
 //! size posted from one registered region, taken by the QPs of the links admitted to it, the
 //! [`CreditPool`] that grants those slots to the links' peers (`docs/PROTOCOL.md` §22.4), and
-//! the completion queue their receives and sends complete on (an entry for every posted slot,
-//! and one for each SEND a link admitted may have in flight, so no number of links can
-//! overflow it). An endpoint adds shards as connections are admitted (see
+//! the completion queue their receives and sends complete on, and the budget of their SENDs in
+//! flight. The CQ has an entry for every posted slot and for every SEND of the budget: each
+//! SEND holds one from its post until a completion covers it (and a flush would complete it),
+//! so no number of links, not even all of them flushed at once, can overflow it. An endpoint adds shards as connections are admitted (see
 //! `completions::SharedPools`): registered memory follows the connections, a shard at a
 //! time.
 //!
@@ -24,6 +25,7 @@
 use std::sync::Arc;
 
 use rpc_proto::{CreditPool, Grant};
+use rpc_sync::SlotPool;
 
 use super::cq::{CqShards, CqeReservation, RawCq};
 use super::device::Pd;
@@ -48,6 +50,8 @@ pub(super) struct SharedRecv {
     index: u32,
     cq: Arc<RawCq>,
     _reservation: CqeReservation,
+    /// The SENDs in flight of this shard's links together, a waiting link told in turn.
+    sends: SlotPool<()>,
 }
 
 impl SharedRecv {
@@ -59,11 +63,11 @@ impl SharedRecv {
 
     /// Creates shard `index`: the SRQ and its region on `pd` for a pool of `slots` slots of
     /// `slot_size` bytes (plus the headroom), granted `base` to each link and at most
-    /// `max_grant`, and a CQ of its own among `cqs` (one CQ per link: a reply's send completion
-    /// and the next request come in one poll). The CQ reserves an entry per posted receive at
-    /// once, and `sends` more for each link admitted (`admit`): room for every link the pool
-    /// can admit. Posts every slot. (The numbers of a validated `transport::SharedRings`: that
-    /// module names this one's buffers, so it is not named here.)
+    /// `max_grant`; a budget of `sends` SENDs in flight for its links together; and a CQ of
+    /// its own among `cqs` with an entry for each posted receive and each SEND of the budget
+    /// (one CQ per link: a reply's send completion and the next request come in one poll).
+    /// Posts every slot. (The numbers of a validated `transport::SharedRings`: that module
+    /// names this one's buffers, so it is not named here.)
     pub(super) fn new(
         pd: &Arc<Pd>,
         cqs: &CqShards,
@@ -72,9 +76,8 @@ impl SharedRecv {
         (slot_size, sends): (u32, u32),
     ) -> Result<Arc<SharedRecv>, Error> {
         let posted = Self::posted(slots);
-        let links = slots / base.max(1);
-        let room = posted.saturating_add(links.saturating_mul(sends));
-        let (cq, reservation) = cqs.dedicated(posted, room)?;
+        let entries = posted.saturating_add(sends);
+        let (cq, reservation) = cqs.dedicated(entries)?;
         let region = Region::new(pd, posted, slot_size)?;
         let srq = Arc::new(Srq::new(pd, posted)?);
         let shared = Arc::new(SharedRecv {
@@ -85,6 +88,7 @@ impl SharedRecv {
             index,
             cq,
             _reservation: reservation,
+            sends: SlotPool::with_slots(vec![(); sends as usize]),
         });
         for slot in 0..posted {
             shared.post(slot)?;
@@ -110,17 +114,30 @@ impl SharedRecv {
         &self.cq
     }
 
-    /// The base grant of a new link from the pool and `sends` completion entries on the CQ
-    /// for its SENDs in flight, or `None` when either has no room for it.
-    pub(super) fn admit(&self, sends: u32) -> Result<Option<(Grant, CqeReservation)>, Error> {
-        let Some(grant) = self.pool.admit(self.base) else {
-            return Ok(None);
-        };
-        // Without room for the SENDs the grant goes back (dropped).
-        Ok(self
-            .cq
-            .reserve(sends)?
-            .map(|reservation| (grant, reservation)))
+    /// The base grant of a new link from the pool, or `None` when the pool has no room for
+    /// it (the connection is to be refused).
+    pub(super) fn admit(&self) -> Option<Grant> {
+        self.pool.admit(self.base)
+    }
+
+    /// A SEND of link `key` may go out (one of the budget taken), or `None` with the link put
+    /// on the waiting list.
+    pub(super) fn take_send(&self, key: u32) -> Option<()> {
+        self.sends.take(u64::from(key))
+    }
+
+    /// A SEND is covered by a completion (or never went out): its place in the budget goes
+    /// back; returns the key of the waiting link it is kept for, to tell.
+    pub(super) fn give_send(&self) -> Option<u32> {
+        // Keys are what `take_send` was given: u32.
+        self.sends.give(()).map(|key| key as u32)
+    }
+
+    /// Link `key` is gone: the places kept for it pass on; returns the keys of the waiting
+    /// links they are kept for now, to tell.
+    pub(super) fn forget_sends(&self, key: u32) -> Vec<u32> {
+        let waiters = self.sends.forget(u64::from(key));
+        waiters.into_iter().map(|key| key as u32).collect()
     }
 
     /// The credits a new link's peer starts with: its HELLO's `slot_count`.
