@@ -64,12 +64,15 @@ impl<T> SlotPool<T> {
     /// one.
     pub fn take(&self, waiter: u64) -> Option<T> {
         let mut state = self.state.lock();
-        if let Some(kept) = state.handed.get_mut(&waiter) {
-            let slot = kept.pop();
-            if kept.is_empty() {
-                state.handed.remove(&waiter);
+        // No hashing on the common path, where nothing is kept for anyone.
+        if !state.handed.is_empty() {
+            if let Some(kept) = state.handed.get_mut(&waiter) {
+                let slot = kept.pop();
+                if kept.is_empty() {
+                    state.handed.remove(&waiter);
+                }
+                return slot;
             }
-            return slot;
         }
         if let Some(slot) = state.free.pop() {
             return Some(slot);
@@ -91,6 +94,22 @@ impl<T> SlotPool<T> {
         state.waiting.remove(&waiter);
         state.handed.entry(waiter).or_default().push(slot);
         Some(waiter)
+    }
+
+    /// Gives `slots` back under one lock, as [`SlotPool::give`] does each; the names of the
+    /// waiters they are kept for are appended to `told`, for the caller to tell.
+    pub fn give_many(&self, slots: impl IntoIterator<Item = T>, told: &mut Vec<u64>) {
+        let mut state = self.state.lock();
+        for slot in slots {
+            match state.waiters.pop_front() {
+                None => state.free.push(slot),
+                Some(waiter) => {
+                    state.waiting.remove(&waiter);
+                    state.handed.entry(waiter).or_default().push(slot);
+                    told.push(waiter);
+                }
+            }
+        }
     }
 
     /// Forgets `holder` (it goes away): off the waiting list, and the slots kept for it given
@@ -145,5 +164,18 @@ mod tests {
         assert_eq!(pool.give(b), None, "nobody waits");
         assert_eq!(pool.give(a), None);
         assert_eq!(pool.free(), 2);
+    }
+
+    #[test]
+    fn give_many_hands_each_slot_to_the_next_waiter() {
+        let pool = SlotPool::with_slots(vec![(); 2]);
+        let taken = [pool.take(1), pool.take(1)];
+        assert_eq!(pool.take(7), None);
+        assert_eq!(pool.take(9), None);
+        let mut told = Vec::new();
+        pool.give_many(taken.into_iter().flatten(), &mut told);
+        assert_eq!(told, vec![7, 9]);
+        assert_eq!(pool.take(3), None, "both are kept");
+        assert_eq!((pool.take(7), pool.take(9)), (Some(()), Some(())));
     }
 }

@@ -809,3 +809,31 @@ fn slot_pool_never_strands_a_waiter() {
         }
     });
 }
+
+/// The same with places given back in a batch (`give_many`, a verbs link's covered SENDs):
+/// the taker gets one, or is named among those told and gets the one kept for it.
+#[test]
+fn slot_pool_given_many_never_strands_a_waiter() {
+    use rpc_sync::SlotPool;
+    loom::model(|| {
+        let pool = Arc::new(SlotPool::with_slots(vec![(); 2]));
+        let taken = [pool.take(1), pool.take(1)];
+        let giver = {
+            let pool = Arc::clone(&pool);
+            thread::spawn(move || {
+                let mut told = Vec::new();
+                pool.give_many(taken.into_iter().flatten(), &mut told);
+                told
+            })
+        };
+        let took = pool.take(2);
+        let told = giver.join().unwrap();
+        match took {
+            Some(()) => assert!(told.is_empty()),
+            None => {
+                assert_eq!(told, vec![2]);
+                assert_eq!(pool.take(2), Some(()));
+            }
+        }
+    });
+}

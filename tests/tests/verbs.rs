@@ -260,21 +260,23 @@ fn verbs_connections_waiting_for_a_shared_send_slot_are_all_served() {
 
 /// A verbs server lets the connections of a shard have at most `sends_in_flight` SENDs in
 /// flight together, inline ones included (they hold send queue entries though their slots
-/// went back at the post). With 2, streams of small (inline) and large messages to two clients
-/// at once must still deliver every message: a connection that finds no place waits for one
-/// in turn and is told when one is given back.
+/// went back at the post). With 33 for a shard of at most 4 connections (the least allowed),
+/// streams of small (inline) and large messages to two clients at once, each link allowed 64,
+/// must still deliver every message: a connection that finds no place waits for one in turn
+/// and is told when one is given back.
 #[test]
-fn verbs_connections_sharing_two_sends_in_flight_deliver_every_message() {
+fn verbs_connections_sharing_a_small_budget_of_sends_deliver_every_message() {
     let Some(ip) = verbs_addr() else { return };
     scenarios::with_watchdog(
-        "two SENDs in flight for a shard",
+        "a small budget of SENDs in flight",
         Duration::from_secs(300),
         move || {
             let census = Census::new();
             let server = rpc_core::Server::builder()
                 .shared_rings(Some(SharedRings {
+                    recv_slots: 12,
                     send_slots: 3,
-                    sends_in_flight: 2,
+                    sends_in_flight: 33,
                     ..SharedRings::DEFAULT
                 }))
                 .workers(2)

@@ -15,10 +15,12 @@ use crate::protocol::v2::Hello;
 use crate::Error;
 
 pub use reposts::CreditsDue;
+use signal::SHARED_SIGNAL_EVERY;
 
 pub mod heap;
 pub mod memory;
 mod reposts;
+mod signal;
 pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -338,7 +340,10 @@ impl SharedRings {
 
     /// Checks the values: a base of at least 3 (the smallest grant that cannot stall), a
     /// maximum no smaller than the base and at most 65535, room for one base per shard,
-    /// 1 to 1,024 shards, a slot size a HELLO may announce, a send slot and a SEND in flight.
+    /// 1 to 1,024 shards, a slot size a HELLO may announce, a send slot, and more SENDs in
+    /// flight per shard than its connections can keep while idle
+    /// ([`SHARED_SIGNAL_EVERY`] each, at `recv_slots / base_grant` connections), so that a
+    /// busy connection always finds one in turn.
     pub fn validate(&self) -> Result<(), Error> {
         let slot_sizes = rpc_proto::frame::MIN_SLOT_SIZE..=rpc_proto::frame::MAX_SLOT_SIZE;
         let ok = self.base_grant >= rpc_proto::credit_pool::MIN_GRANT
@@ -348,14 +353,17 @@ impl SharedRings {
             && (1..=1024).contains(&self.recv_shards)
             && slot_sizes.contains(&self.recv_slot_size)
             && self.send_slots >= 1
-            && self.sends_in_flight >= 1;
+            && self.sends_in_flight
+                > SHARED_SIGNAL_EVERY.saturating_mul(self.recv_slots / self.base_grant.max(1));
         if ok {
             Ok(())
         } else {
             Err(Error::InvalidConfig(format!(
                 "shared rings: {self:?} (need 3 <= base_grant <= max_grant <= 65535, \
                  recv_slots >= base_grant, 1 <= recv_shards <= 1024, a recv_slot_size a \
-                 HELLO allows, send_slots >= 1 and sends_in_flight >= 1)"
+                 HELLO allows, send_slots >= 1 and sends_in_flight > {} x recv_slots / \
+                 base_grant)",
+                SHARED_SIGNAL_EVERY
             )))
         }
     }

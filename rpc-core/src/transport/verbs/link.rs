@@ -55,6 +55,7 @@ use rpc_proto::Grant;
 use rpc_sync::{Count, Flag, Mutex};
 
 use crate::transport::reposts::Reposts;
+use crate::transport::signal::SHARED_SIGNAL_EVERY;
 
 use super::cm::CmEvent;
 use super::cq::CqeReservation;
@@ -77,11 +78,6 @@ pub(super) type Links = LinkTable<LinkInner>;
 const INLINE_SIGNALED: u32 = u32::MAX;
 /// The same for an unsignalled inline SEND: it completes only when flushed.
 const INLINE_UNSIGNALED: u32 = u32::MAX - 1;
-
-/// A shared-ring link signals at least every this many SENDs: an idle link keeps at most one
-/// less of its shard's SENDs in flight (unsignalled SENDs are covered only by a later
-/// completion).
-const SHARED_SIGNAL_EVERY: u32 = 8;
 
 /// Whether `slot` of `SendState::inflight` is an inline SEND's mark, not a slot.
 fn is_inline_mark(slot: u32) -> bool {
@@ -460,20 +456,47 @@ impl LinkInner {
     /// [`INLINE_SIGNALED`] and [`INLINE_UNSIGNALED`]): frees it and everything posted before
     /// it.
     pub(super) fn sends_completed_through(&self, slot: u32) {
-        let mut state = self.send_state.lock();
-        if !state.inflight.contains(&slot) {
-            tracing::debug!(
-                link = self.id,
-                slot,
-                "verbs: completion for a slot not in flight"
-            );
-            return;
-        }
-        while let Some(s) = state.inflight.pop_front() {
-            self.sent(s);
-            if s == slot {
-                break;
+        // Waiting links are told once the lock is released (telling writes an eventfd).
+        let mut told = Vec::new();
+        {
+            let mut state = self.send_state.lock();
+            if !state.inflight.contains(&slot) {
+                tracing::debug!(
+                    link = self.id,
+                    slot,
+                    "verbs: completion for a slot not in flight"
+                );
+                return;
             }
+            let mut covered = 0;
+            while let Some(s) = state.inflight.pop_front() {
+                covered += 1;
+                match &self.send {
+                    SendRing::Own { free, .. } => {
+                        let _ = free.push(s);
+                    }
+                    SendRing::Shared { pool, .. } if !is_inline_mark(s) => {
+                        if let Some(waiter) = pool.give(s) {
+                            told.push(u64::from(waiter));
+                        }
+                    }
+                    SendRing::Shared { .. } => {}
+                }
+                if s == slot {
+                    break;
+                }
+            }
+            // Their quota units and places in the shard's budget, all at once.
+            if let (SendRing::Shared { held, .. }, RecvRing::Shared(shard)) =
+                (&self.send, &self.recv)
+            {
+                held.sub(covered);
+                shard.give_sends(covered, &mut told);
+            }
+        }
+        for waiter in told {
+            // Keys are u32 (what the pools were given).
+            self.links.push_send_ready(waiter as u32);
         }
     }
 

@@ -133,6 +133,12 @@ impl SharedRecv {
         self.sends.give(()).map(|key| key as u32)
     }
 
+    /// `n` SENDs are covered (one lock for all): their places go back; the keys of the
+    /// waiting links they are kept for are appended to `told`, to tell.
+    pub(super) fn give_sends(&self, n: usize, told: &mut Vec<u64>) {
+        self.sends.give_many(std::iter::repeat_n((), n), told);
+    }
+
     /// Link `key` is gone: the places kept for it pass on; returns the keys of the waiting
     /// links they are kept for now, to tell.
     pub(super) fn forget_sends(&self, key: u32) -> Vec<u32> {
