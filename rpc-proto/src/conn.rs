@@ -456,6 +456,9 @@ pub struct Connection<C, P> {
     extensions: u32,
     /// Server: the keepalive interval last announced to the client as its pace (§22.5).
     announced_pace: Option<Duration>,
+    /// Server: a call was open at the last timer tick or opened since; the grant is kept
+    /// while so (§22.4: withholding waits for a tick without calls).
+    busy_since_tick: bool,
     /// Server: this connection's grant of a pool's receive slots (§22.4), if they are pooled;
     /// otherwise the grant is `local.slot_count`, always.
     grant: Option<Grant>,
@@ -516,6 +519,7 @@ where
             timers: Timers::default(),
             extensions: 0,
             announced_pace: None,
+            busy_since_tick: false,
             grant: None,
             raising: false,
             records: Reservation::default(),
@@ -745,21 +749,26 @@ where
         Ok(())
     }
 
-    /// The client is down to its reserve as far as we know (§22.4): its grant doubles, with
-    /// what the pool can spare, and the new credits are owed at once.
+    /// The client is down to its reserve as far as we know (§22.4): its grant goes up to the
+    /// pool's `max_grant` at once, as far as the pool can spare, and the new credits are owed
+    /// at once. (Doubling from the base instead costs a round trip per doubling: a client
+    /// pipelining 64 KiB calls over TCP then made half the calls a second.)
     fn raise_grant(&mut self) {
         if let Some(grant) = self.grant.as_mut() {
-            let more = grant.total();
-            self.owed += grant.raise(more);
+            self.owed += grant.raise(u32::from(u16::MAX));
         }
     }
 
-    /// Owed credits this server keeps now rather than return (§22.4): while the connection
-    /// has no call (none open, none with frames still to send), released slots above the
-    /// base go back to the pool, so an idle connection holds its base grant and no more.
+    /// Owed credits this server keeps now rather than return (§22.4): once the connection
+    /// had no call (none open, none with frames still to send) from one timer tick to the
+    /// next, released slots above the base go back to the pool, so an idle connection holds
+    /// its base grant and no more. (Not at once: a client pipelining calls often has none
+    /// open for a moment, and a grant lowered then is raised again a doubling per round trip.)
     fn withholding(&self) -> u32 {
         match &self.grant {
-            Some(grant) if self.calls.is_empty() => self.owed.min(grant.raised()),
+            Some(grant) if self.calls.is_empty() && !self.busy_since_tick => {
+                self.owed.min(grant.raised())
+            }
             _ => 0,
         }
     }
@@ -1055,6 +1064,7 @@ where
         let complete = h.kind == Kind::Message && h.has(flags::END);
         call.one_request = !complete && self.one_request.as_ref().is_some_and(|f| (f.0)(h.code));
         self.calls.insert(h.call_id, call);
+        self.busy_since_tick = true;
         if !recorded {
             let status = WireStatus::new(
                 Code::ResourceExhausted,
@@ -1497,6 +1507,9 @@ where
     /// (END, CANCEL, PING) come out of [`Connection::poll_transmit`].
     pub fn handle_timeout(&mut self, now: Instant) -> Vec<Expiry<C>> {
         let mut expired = Vec::new();
+        // No call from the last tick to this one: the grant above the base may go back.
+        self.busy_since_tick = !self.calls.is_empty();
+        self.withhold_idle();
         while let Some(call) = self.timers.next_expired(now) {
             if let Some(expiry) = self.expire(call) {
                 expired.push(expiry);
