@@ -81,15 +81,21 @@ pub fn raise_nofile() -> Result<u64, String> {
     Ok(lim.rlim_cur)
 }
 
-/// The `Threads:` count of `/proc/PID/status`.
-pub fn threads_of(pid: u32) -> Result<usize, String> {
+/// The number that follows `name` (e.g. `Threads:`) in `/proc/PID/status`, its unit (`kB`)
+/// dropped.
+pub(crate) fn status_number(pid: u32, name: &str) -> Result<u64, String> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| format!("no Threads line in {path}"))
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("no {name} line in {path}"))
+}
+
+/// The `Threads:` count of `/proc/PID/status`.
+pub fn threads_of(pid: u32) -> Result<usize, String> {
+    status_number(pid, "Threads:").map(|n| n as usize)
 }
 
 /// One raw connection: HELLO exchange, then one echo call, checked; the stream stays open.

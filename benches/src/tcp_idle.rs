@@ -16,6 +16,7 @@ use rpc_core::transport::tcp::TcpEndpoint;
 use rpc_core::RingConfig;
 
 use crate::cli::TcpIdleArgs;
+use crate::conns::status_number;
 use crate::idle::{clock_ticks_per_second, cpu_ticks, spawn_ours_server, SETTLE};
 use crate::verbs_conns::open_links;
 
@@ -71,14 +72,7 @@ impl TcpIdleResult {
 
 /// `VmRSS` of `/proc/PID/status`, in bytes.
 fn rss_of(pid: u32) -> Result<u64, String> {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| format!("no VmRSS in {path}"))
+    status_number(pid, "VmRSS:").map(|kb| kb * 1024)
 }
 
 /// Runs the measurement.

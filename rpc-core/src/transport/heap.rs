@@ -11,10 +11,8 @@ mod slots;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpc_sync::DrainQueue;
-
 use rpc_proto::Grant;
-use rpc_sync::Mutex;
+use rpc_sync::{DrainQueue, Mutex};
 
 use super::{
     Completion, CompletionQueue, CreditsDue, Driver, Link, LinkId, RecvBuf, RecvInner, RingConfig,

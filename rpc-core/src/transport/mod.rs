@@ -15,12 +15,12 @@ use crate::protocol::v2::Hello;
 use crate::Error;
 
 pub use reposts::CreditsDue;
-use signal::SHARED_SIGNAL_EVERY;
+use shared_bounds::SHARED_SIGNAL_EVERY;
 
 pub mod heap;
 pub mod memory;
 mod reposts;
-mod signal;
+mod shared_bounds;
 pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;

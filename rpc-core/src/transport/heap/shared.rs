@@ -23,19 +23,14 @@ use rpc_proto::{CreditPool, Grant};
 use rpc_sync::{Count, SlotPool};
 
 use crate::free_list::FreeStack;
+use crate::transport::shared_bounds::headroom;
 
 /// Free slots kept for reuse beyond which released ones are freed: the steady traffic of a
 /// busy server allocates nothing, an idle one keeps at most this many.
 const CACHE: usize = 1024;
 
-/// Slots beyond those the pool grants (an eighth, at least 64): what peers overrunning their
-/// credits may fill before their connections are closed.
-pub(crate) fn headroom(slots: u32) -> u32 {
-    (slots / 8).max(64)
-}
-
 /// A zeroed slot of `size` bytes.
-fn slot_bytes(size: usize) -> Box<[u8]> {
+pub(super) fn slot_bytes(size: usize) -> Box<[u8]> {
     vec![0u8; size].into_boxed_slice()
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rpc_sync::Count;
 
-use super::shared::{SharedHeapRecv, SharedHeapSend};
+use super::shared::{slot_bytes, SharedHeapRecv, SharedHeapSend};
 use crate::free_list::FreeStack;
 use crate::transport::reposts::Reposts;
 
@@ -18,7 +18,7 @@ use crate::transport::reposts::Reposts;
 fn full(count: u32, size: u32) -> FreeStack<Box<[u8]>> {
     let slots = FreeStack::new(count as usize);
     for _ in 0..count {
-        slots.give(vec![0u8; size as usize].into_boxed_slice());
+        slots.give(slot_bytes(size as usize));
     }
     slots
 }

@@ -27,8 +27,10 @@
 //! [`SHARED_SIGNAL_EVERY`]-th SEND is signalled, so an idle link holds few places; so is the
 //! last SEND of a post that leaves slots waiting for their completion, so that no slot stays
 //! with an idle link. A link that waited for a slot or a place is told through the link table
-//! when one is free; one that reached its quota, by the completion that covers its SENDs. Signalling is selective: every `signal_every`-th SEND (three
-//! quarters of the ring) is signalled, and so is every SEND posted while fewer than
+//! when one is free; one that reached its quota, by the completion that covers its SENDs.
+//!
+//! Signalling is selective: every `signal_every`-th SEND (three quarters of the ring, at
+//! most [`SHARED_SIGNAL_EVERY`] on shared rings) is signalled, and so is every SEND posted while fewer than
 //! `low_water` slots (a quarter) are free, so an exhausted pool always has a signalled SEND
 //! outstanding. A send completion is thus rare (one per 48 SENDs of a 64-slot ring), and
 //! seldom a completion-queue poll of its own. WRs on an RC QP complete in
@@ -55,7 +57,7 @@ use rpc_proto::Grant;
 use rpc_sync::{Count, Flag, Mutex};
 
 use crate::transport::reposts::Reposts;
-use crate::transport::signal::SHARED_SIGNAL_EVERY;
+use crate::transport::shared_bounds::SHARED_SIGNAL_EVERY;
 
 use super::cm::CmEvent;
 use super::cq::CqeReservation;
@@ -172,6 +174,7 @@ impl RecvRing {
 
 /// What a shared-ring link's SENDs still held when the link was released (their completions,
 /// if any come, find no link): given back once its QP is destroyed, when this drops.
+/// Waiting links are told as `sends_completed_through` tells them.
 struct HeldAtRelease {
     slots: Vec<u32>,
     places: usize,
@@ -182,15 +185,16 @@ struct HeldAtRelease {
 
 impl Drop for HeldAtRelease {
     fn drop(&mut self) {
+        let mut told = Vec::new();
         for slot in self.slots.drain(..) {
             if let Some(waiter) = self.pool.give(slot) {
-                self.links.push_send_ready(waiter);
+                told.push(u64::from(waiter));
             }
         }
-        for _ in 0..self.places {
-            if let Some(waiter) = self.shard.give_send() {
-                self.links.push_send_ready(waiter);
-            }
+        self.shard.give_sends(self.places, &mut told);
+        for waiter in told {
+            // Keys are u32 (what the pools were given).
+            self.links.push_send_ready(waiter as u32);
         }
     }
 }

@@ -32,13 +32,8 @@ use super::device::Pd;
 use super::mr::Region;
 use super::srq::Srq;
 use super::wr_id::{shared_key, wr_id};
+use crate::transport::shared_bounds::headroom;
 use crate::Error;
-
-/// Slots posted beyond those the pool grants (an eighth, at least 64): room for what a peer
-/// overrunning its credits sends before its link is closed.
-pub(super) fn headroom(slots: u32) -> u32 {
-    (slots / 8).max(64)
-}
 
 /// The SRQ, its slots and its pool. Field order is drop order: the SRQ goes (once every QP
 /// attached to it is gone: each link holds an `Arc` of this) before the region it points into.
