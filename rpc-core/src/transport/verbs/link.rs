@@ -498,6 +498,12 @@ impl LinkInner {
                 shard.give_sends(covered, &mut told);
             }
         }
+        self.tell(told);
+    }
+
+    /// Tells the links in `told` that a slot or place they waited for is free. Called with no
+    /// lock held: telling writes an eventfd.
+    fn tell(&self, told: Vec<u64>) {
         for waiter in told {
             // Keys are u32 (what the pools were given).
             self.links.push_send_ready(waiter as u32);
@@ -505,48 +511,49 @@ impl LinkInner {
     }
 
     /// A SEND of `inflight` is done (covered by a completion, or never posted): frees its slot,
-    /// or the quota unit of an inline one.
-    fn sent(&self, slot: u32) {
+    /// or the quota unit of an inline one. Links that waited are added to `told`.
+    fn sent(&self, slot: u32, told: &mut Vec<u64>) {
         match (&self.send, is_inline_mark(slot)) {
             (SendRing::Shared { held, .. }, true) => {
                 held.sub(1);
-                self.give_place();
+                self.give_place(told);
             }
             (SendRing::Own { .. }, true) => {}
-            (_, false) => self.free_send(slot),
+            (_, false) => self.free_send(slot, told),
         }
     }
 
     /// Returns send slot `slot`: to the link's queue, or to the shared pool (and its unit of
-    /// the quota).
-    fn free_send(&self, slot: u32) {
+    /// the quota). Links that waited are added to `told`.
+    fn free_send(&self, slot: u32, told: &mut Vec<u64>) {
         match &self.send {
             SendRing::Own { free, .. } => {
                 let _ = free.push(slot);
             }
             SendRing::Shared { held, .. } => {
                 held.sub(1);
-                self.give_place();
-                self.give_shared(slot);
+                self.give_place(told);
+                self.give_shared(slot, told);
             }
         }
     }
 
-    /// Gives a place of the shard's budget of SENDs in flight back, telling a link that
-    /// waited for one.
-    fn give_place(&self) {
+    /// Gives a place of the shard's budget of SENDs in flight back, adding a link that
+    /// waited for one to `told`.
+    fn give_place(&self, told: &mut Vec<u64>) {
         if let RecvRing::Shared(shard) = &self.recv {
             if let Some(waiter) = shard.give_send() {
-                self.links.push_send_ready(waiter);
+                told.push(u64::from(waiter));
             }
         }
     }
 
-    /// Gives shared send slot `slot` back to the pool, telling a link that waited for one.
-    fn give_shared(&self, slot: u32) {
+    /// Gives shared send slot `slot` back to the pool, adding a link that waited for one to
+    /// `told`.
+    fn give_shared(&self, slot: u32, told: &mut Vec<u64>) {
         if let SendRing::Shared { pool, .. } = &self.send {
             if let Some(waiter) = pool.give(slot) {
-                self.links.push_send_ready(waiter);
+                told.push(u64::from(waiter));
             }
         }
     }
@@ -604,8 +611,10 @@ impl LinkInner {
     }
 
     /// Posts the held SENDs, chained (one doorbell per [`super::qp::POST_CHAIN`]). On a
-    /// closing link they are dropped and their slots freed: the QP is flushed anyway.
-    fn post_held(&self, state: &mut SendState) -> Result<(), Error> {
+    /// closing link they are dropped and their slots freed: the QP is flushed anyway. Links
+    /// that waited for the slots and places given back are added to `told`, to be told once
+    /// the send state is unlocked.
+    fn post_held(&self, state: &mut SendState, told: &mut Vec<u64>) -> Result<(), Error> {
         if state.held.is_empty() {
             return Ok(());
         }
@@ -633,13 +642,13 @@ impl LinkInner {
             // closes the link; the ones posted before it complete flushed.)
             for _ in 0..state.held.len() {
                 if let Some(slot) = state.inflight.pop_back() {
-                    self.sent(slot);
+                    self.sent(slot, told);
                 }
             }
         }
         // Copied into the work requests (or never to be sent): free again.
         for slot in state.copied_at_post.drain(..) {
-            self.give_shared(slot);
+            self.give_shared(slot, told);
         }
         state.held.clear();
         result
@@ -647,9 +656,14 @@ impl LinkInner {
 
     /// Posts the first `len` bytes of `send`'s slot, after the SENDs held before it.
     pub(super) fn post_send(&self, send: VerbsSend, len: usize) -> Result<(), Error> {
-        let mut state = self.send_state.lock();
-        self.hold(&mut state, send, len);
-        self.post_held(&mut state)
+        let mut told = Vec::new();
+        let result = {
+            let mut state = self.send_state.lock();
+            self.hold(&mut state, send, len);
+            self.post_held(&mut state, &mut told)
+        };
+        self.tell(told);
+        result
     }
 
     /// Holds the SEND of the first `len` bytes of `send`'s slot for [`LinkInner::flush_sends`].
@@ -660,8 +674,10 @@ impl LinkInner {
 
     /// Posts the SENDs held by [`LinkInner::post_send_batched`].
     pub(super) fn flush_sends(&self) -> Result<(), Error> {
-        let mut state = self.send_state.lock();
-        self.post_held(&mut state)
+        let mut told = Vec::new();
+        let result = self.post_held(&mut self.send_state.lock(), &mut told);
+        self.tell(told);
+        result
     }
 
     /// Builds the receive buffer handed up for a completed slot.
@@ -695,7 +711,9 @@ impl LinkInner {
                 match pool.take(self.key) {
                     Some(slot) => slot,
                     None => {
-                        self.give_place();
+                        let mut told = Vec::new();
+                        self.give_place(&mut told);
+                        self.tell(told);
                         held.sub(1);
                         return None;
                     }
@@ -813,7 +831,9 @@ impl VerbsSend {
 impl Drop for VerbsSend {
     fn drop(&mut self) {
         if !self.posted {
-            self.link.free_send(self.slot);
+            let mut told = Vec::new();
+            self.link.free_send(self.slot, &mut told);
+            self.link.tell(told);
         }
     }
 }
