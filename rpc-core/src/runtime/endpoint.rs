@@ -143,6 +143,7 @@ impl Endpoint {
                 orphans: Orphans::default(),
                 batch: Vec::with_capacity(POLL_BATCH),
                 last: None,
+                clock: None,
             }),
             adoption_pending: Flag::new(false),
             poller_thread: std::sync::OnceLock::new(),
@@ -282,11 +283,17 @@ impl Endpoint {
     /// Polls and handles one batch of completions, unless another thread is polling
     /// (`None`). Returns how many completions were handled.
     pub(crate) fn poll_once(&self) -> Option<usize> {
+        self.poll_once_at(None)
+    }
+
+    /// [`Endpoint::poll_once`] with the time `clock` read for the batch, if the caller read
+    /// it: calls the batch opens with a timeout have their deadlines from it.
+    fn poll_once_at(&self, clock: Option<Instant>) -> Option<usize> {
         if self.role != Role::Server {
-            return self.poll_completions();
+            return self.poll_completions(clock);
         }
         let outermost = WOKEN_INLINE.with(|w| !w.polling.replace(true));
-        let n = self.poll_completions();
+        let n = self.poll_completions(clock);
         if outermost {
             run_woken_inline();
         }
@@ -294,12 +301,13 @@ impl Endpoint {
     }
 
     /// [`Endpoint::poll_once`] without running the inline tasks it woke.
-    fn poll_completions(&self) -> Option<usize> {
+    fn poll_completions(&self, clock: Option<Instant>) -> Option<usize> {
         let mut guard = self.polling.try_lock()?;
         // Cleared before polling: a link registered from now on finds this poll's
         // orphans in place, or sets the flag again.
         self.adoption_pending.lower();
         Some(guard.with(|state| {
+            state.clock = clock;
             let mut batch = std::mem::take(&mut state.batch);
             let n = self.cq.poll(&mut batch, POLL_BATCH);
             // In order, by value, popped from the end (cheaper than a `drain` for a few); the
@@ -529,7 +537,9 @@ impl Endpoint {
                 last_work = now;
                 continue;
             }
-            let n = self.poll_once().unwrap_or(0);
+            // One clock read per batch: the batch's frames and the ticks below share it.
+            let now = Instant::now();
+            let n = self.poll_once_at(Some(now)).unwrap_or(0);
             if n > 0 && self.duty.is_driving() {
                 // A caller started driving while this poll ran, and may sleep on the queue
                 // for a reply this poll took: ring it, so that it looks at its call again.
@@ -538,14 +548,13 @@ impl Endpoint {
             if n > 0 {
                 worked = true;
                 busy_batches = busy_batches.wrapping_add(1);
-                // While full batches come, look at the clock (idle timing, deadlines) every
+                // While full batches come, look at the ticks (idle timing, deadlines) every
                 // 64 of them. After a partial batch the queue is likely empty: rather than
                 // poll it once more, go to the wait, which returns at once if it is not.
                 if n == POLL_BATCH && busy_batches % 64 != 0 {
                     continue;
                 }
             }
-            let now = Instant::now();
             let idle_since = if worked {
                 worked = false;
                 last_work = now;
@@ -587,7 +596,7 @@ impl Endpoint {
         // reference count) for those; a link's held completions come before its others.
         if let Some((last, conn)) = &state.last {
             if *last == id && !conn.is_closed() && orphans.held.is_empty() {
-                self.handle(completion, conn);
+                self.handle(completion, conn, state.clock);
                 return;
             }
         }
@@ -603,10 +612,10 @@ impl Endpoint {
                 };
                 if let Some((_, held)) = held {
                     for c in held {
-                        self.handle(c, &conn);
+                        self.handle(c, &conn, state.clock);
                     }
                 }
-                self.handle(completion, &conn);
+                self.handle(completion, &conn, state.clock);
             }
             None if self.retired.lock().ids.contains_key(&id) => {}
             None => orphans
@@ -626,7 +635,7 @@ impl Endpoint {
             if let Some(conn) = known {
                 let (_, held) = orphans.held.remove(&id).expect("listed");
                 for c in held {
-                    self.handle(c, &conn);
+                    self.handle(c, &conn, None);
                 }
             } else if orphans.held[&id].0 + ORPHAN_TTL < now
                 || self.retired.lock().ids.contains_key(&id)
@@ -636,11 +645,11 @@ impl Endpoint {
         }
     }
 
-    fn handle(&self, completion: Completion, conn: &Arc<Conn>) {
+    fn handle(&self, completion: Completion, conn: &Arc<Conn>, clock: Option<Instant>) {
         match completion {
             Completion::Recv { buf, .. } => {
                 if !conn.is_closed() {
-                    conn.submit(Work::Frame(buf));
+                    conn.submit(Work::Frame(buf, clock));
                 }
             }
             Completion::SendDone { .. } => conn.submit(Work::Flush),
@@ -749,6 +758,9 @@ struct PollState {
     batch: Vec<Completion>,
     /// The link of the previous completion, and its connection.
     last: Option<(LinkId, Arc<Conn>)>,
+    /// The time the poller thread read for the batch being handled (`None` for a caller's
+    /// or the TCP I/O thread's poll: a frame that needs the time reads it).
+    clock: Option<Instant>,
 }
 
 /// Completions held for links not registered yet, with when the first arrived.

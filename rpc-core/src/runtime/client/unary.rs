@@ -256,7 +256,10 @@ impl Client {
             caller: Caller::Unary(Arc::clone(&cell)),
             method: method.id,
             timeout_us,
-            deadline,
+            // A blocking caller minds its own deadline (`Started::wait` withdraws the call
+            // when it passes): the core watches only those of futures, which no thread
+            // waits on.
+            deadline: deadline.filter(|_| !blocking),
             headers,
             message: Some(frame),
         }));

@@ -359,14 +359,14 @@ impl Conn {
             Delivery::settle_in_place(&mut delivery);
             return delivery;
         }
-        let received = matches!(work, Work::Frame(_));
+        let received = matches!(work, Work::Frame(..));
         if !received {
             // The credits that frames of this step carry back (a received frame's step takes
             // them once it is done with the frame, before it transmits).
             self.take_reposted(owned);
         }
         let mut delivery = match work {
-            Work::Frame(buf) => self.on_frame(owned, buf),
+            Work::Frame(buf, clock) => self.on_frame(owned, buf, clock),
             Work::Open(call) => self.open(owned, call),
             Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
             Work::HalfClose(stream) => {

@@ -17,9 +17,15 @@ use crate::transport::RecvBuf;
 use crate::{Code, MetadataMap, Status};
 
 impl Conn {
-    pub(super) fn on_frame(&self, owned: &mut Owned, buf: RecvBuf) -> Option<Delivery> {
+    pub(super) fn on_frame(
+        &self,
+        owned: &mut Owned,
+        buf: RecvBuf,
+        clock: Option<Instant>,
+    ) -> Option<Delivery> {
         self.counters.received(buf.len());
-        let event = match owned.core.handle_frame(&buf, Instant::now) {
+        let now = || clock.unwrap_or_else(Instant::now);
+        let event = match owned.core.handle_frame(&buf, now) {
             Ok(event) => event,
             Err(e) => {
                 tracing::warn!(peer = %self.peer, error = %e, "protocol violation; disconnecting the peer");

@@ -111,8 +111,9 @@ pub(crate) struct OpenCall {
 
 /// Work for the owner of a connection's state.
 pub(crate) enum Work {
-    /// A received frame.
-    Frame(RecvBuf),
+    /// A received frame, and the poll batch's clock reading if the poller took one (a call
+    /// it opens with a timeout has its deadline from it; one clock read per batch).
+    Frame(RecvBuf, Option<Instant>),
     /// Client: open a call.
     Open(OpenCall),
     /// A stream's next message (MESSAGE without END).
