@@ -786,6 +786,11 @@ where
     /// Whether the owed credits call for a CREDIT frame (§7.4): those left after any
     /// withholding reach the threshold of the grant left.
     fn credit_due(&self) -> bool {
+        // The threshold is never below 2: most steps owe less (credits ride on every frame
+        // out) and need not look at the grant.
+        if self.owed < 2 {
+            return false;
+        }
         let kept = self.withholding();
         self.owed - kept >= ((self.grant() - kept) / 2).max(2)
     }
