@@ -668,6 +668,9 @@ where
 
     /// Processes one received frame (header and payload, exactly as it arrived). An error is
     /// a protocol violation: the caller closes the connection.
+    // Always inlined: the runtime calls it from one place, and the event it returns is then
+    // built in place rather than moved out.
+    #[inline(always)]
     pub fn on_frame<'f>(&mut self, frame: &'f [u8]) -> Result<Event<'f, C>, Error> {
         self.timers.frame_received();
         let h = Header::decode(frame)?;
@@ -1450,6 +1453,7 @@ where
     /// [`Connection::on_frame`], and a server watches the deadline of a call the frame opened
     /// with a timeout (from the receipt of its opening frame, even when the application hears
     /// of the call only later): `now` (called only then) tells the frame's receipt.
+    #[inline(always)]
     pub fn handle_frame<'f>(
         &mut self,
         frame: &'f [u8],

@@ -182,6 +182,7 @@ fn slot_range(offset: u32, len: u32) -> std::ops::Range<usize> {
 
 impl std::ops::Deref for Payload {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match &self.data {
             PayloadData::Slot { buf, offset, len } => &buf[slot_range(*offset, *len)],

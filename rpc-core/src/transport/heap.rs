@@ -39,6 +39,7 @@ impl HeapRecvRing {
 
 impl HeapSendPool {
     /// A free send slot, or `None` when all are in flight.
+    #[inline(always)]
     pub(crate) fn alloc(&self) -> Option<SendBuf> {
         self.take().map(|send| SendBuf {
             inner: SendInner::Heap(send),

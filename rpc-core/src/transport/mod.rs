@@ -163,6 +163,7 @@ pub(crate) enum RecvInner {
 
 impl std::ops::Deref for RecvBuf {
     type Target = [u8];
+    #[inline(always)]
     fn deref(&self) -> &[u8] {
         match &self.inner {
             RecvInner::Heap(h) => &h.bytes()[..self.len],
@@ -185,6 +186,7 @@ pub(crate) enum SendInner {
 
 impl std::ops::Deref for SendBuf {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         match &self.inner {
             SendInner::Heap(h) => h.bytes(),
@@ -195,6 +197,7 @@ impl std::ops::Deref for SendBuf {
 }
 
 impl std::ops::DerefMut for SendBuf {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         match &mut self.inner {
             SendInner::Heap(h) => h.bytes_mut(),

@@ -58,10 +58,18 @@ impl Endpoint {
         if deadlines {
             *next_deadline_tick = now + DEADLINE_TICK;
         }
+        let server = self.role == Role::Server;
+        // A server looks at deadlines only while one of its connections watches one: without,
+        // its deadline ticks cost nothing (no walk over its connections, no pacing).
+        let deadlines = deadlines && (!server || self.counters.deadlines_watched());
+        let conn_due = next_conn_tick.is_some_and(|at| now >= at);
+        if !deadlines && !conn_due {
+            return;
+        }
         let conns = self.conns();
         let (keepalive, every) = self.paced(conns.len());
-        let every_conn = match (*next_conn_tick, every) {
-            (Some(at), Some(every)) if now >= at => {
+        let every_conn = match every {
+            Some(every) if conn_due => {
                 *next_conn_tick = Some(now + every);
                 true
             }
@@ -70,7 +78,6 @@ impl Endpoint {
         if !deadlines && !every_conn {
             return;
         }
-        let server = self.role == Role::Server;
         for conn in conns.iter() {
             if every_conn || !server || conn.deadlines_pending() {
                 conn.submit(Work::Timeout(now, keepalive));

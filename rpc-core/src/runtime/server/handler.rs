@@ -69,6 +69,7 @@ impl PoolJob for Job {
     }
 }
 
+#[inline(always)]
 pub(crate) fn run_handler(
     service: &dyn Service,
     index: usize,

@@ -76,6 +76,7 @@ impl HeapRecvRing {
     /// Takes a posted slot to receive into, or `None` if the peer sent beyond its credits
     /// (for shared slots: beyond what any grant allows, or into the pool's last headroom; the
     /// connection's core finds an overrun within its grant).
+    #[inline(always)]
     pub(crate) fn take_posted(&self) -> Option<Box<[u8]>> {
         match &self.posted {
             Posted::Own(posted) => posted.take(),
@@ -114,6 +115,7 @@ pub(crate) struct HeapRecv {
 }
 
 impl HeapRecv {
+    #[inline]
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.buf
     }
@@ -167,10 +169,12 @@ pub(crate) struct HeapSend {
 }
 
 impl HeapSend {
+    #[inline]
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.buf
     }
 
+    #[inline]
     pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut self.buf
     }
@@ -215,6 +219,7 @@ impl HeapSendPool {
 
     /// A free slot, or `None` when all are taken (heap.rs wraps it in a `SendBuf`). A link of
     /// shared slots that found none free is told when one is kept for it.
+    #[inline(always)]
     pub(super) fn take(&self) -> Option<HeapSend> {
         let buf = match &*self.source {
             SendSource::Own(free) => free.take()?,
