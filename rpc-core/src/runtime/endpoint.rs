@@ -308,15 +308,13 @@ impl Endpoint {
         self.adoption_pending.lower();
         Some(guard.with(|state| {
             state.clock = clock;
-            let mut batch = std::mem::take(&mut state.batch);
-            let n = self.cq.poll(&mut batch, POLL_BATCH);
+            let n = self.cq.poll(&mut state.batch, POLL_BATCH);
             // In order, by value, popped from the end (cheaper than a `drain` for a few); the
             // batch keeps its capacity for the next poll.
-            batch.reverse();
-            while let Some(c) = batch.pop() {
+            state.batch.reverse();
+            while let Some(c) = state.batch.pop() {
                 self.route(c, state);
             }
-            state.batch = batch;
             if !state.orphans.held.is_empty() {
                 self.adopt_orphans(&mut state.orphans);
             }
