@@ -240,7 +240,9 @@ impl Client {
         request: &Request<Req>,
         blocking: bool,
     ) -> Result<Started, Status> {
-        let _span = tracing::trace_span!("call", method = method.path).entered();
+        // Only when traced: a disabled span still costs its entering and exit per call.
+        let _span = tracing::enabled!(tracing::Level::TRACE)
+            .then(|| tracing::trace_span!("call", method = method.path).entered());
         self.inner.counters.call();
         let conn = native.conn()?;
         let (timeout_us, deadline) = self.timing(request);

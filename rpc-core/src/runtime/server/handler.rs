@@ -77,8 +77,10 @@ pub(crate) fn run_handler(
     reply: ReplySink,
 ) {
     let path = request.method.path;
-    let _span = tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer)
-        .entered();
+    // Only when traced: a disabled span still costs its entering and exit per call.
+    let _span = tracing::enabled!(tracing::Level::TRACE).then(|| {
+        tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer).entered()
+    });
     assert_unlocked("calling a handler");
     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
         log_panic(path, &*panic);
