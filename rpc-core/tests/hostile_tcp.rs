@@ -369,6 +369,73 @@ fn the_server_ends_calls_past_their_deadline() {
     server.shutdown();
 }
 
+/// A server without keepalive or stall ticks, where only the deadline tick ends calls.
+fn server_with_deadline_ticks_only() -> Server {
+    Server::builder()
+        .ring(RING)
+        .keepalive(None)
+        .stall_timeout(None)
+        .add_service(EchoService)
+        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .unwrap()
+}
+
+/// A unary call's frame with OPEN, timed out after `timeout_us`.
+fn opening_message(call_id: u64, timeout_us: u32, end: bool, payload: &[u8]) -> Vec<u8> {
+    let end = if end { flags::END } else { 0 };
+    Header {
+        flags: flags::OPEN | end,
+        call_id,
+        code: METHODS[0].id,
+        timeout_us,
+        message_len: payload.len() as u32,
+        ..Header::new(Kind::Message)
+    }
+    .to_frame(payload)
+}
+
+fn blob(data: &[u8]) -> Vec<u8> {
+    prost::Message::encode_to_vec(&Blob {
+        data: data.to_vec(),
+    })
+}
+
+/// The server watches the deadline of a call whose message it holds for the half-close
+/// (the application hears of the call only then), even as the connection's first: the call
+/// ends at its deadline. (Unwatched, it would end only after the read timeout of 10 s, and
+/// `response` panic.)
+#[test]
+fn a_held_request_ends_at_its_deadline() {
+    let server = server_with_deadline_ticks_only();
+    let mut raw = Raw::handshake(server.local_addr());
+    let body = blob(b"held");
+    raw.send(&opening_message(1, 200_000, false, &body));
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (1, Code::DeadlineExceeded));
+    raw.assert_echoes(2, &body);
+    server.shutdown();
+}
+
+/// The server keeps a later call's shorter deadline: its tick looks at a connection only
+/// once the earliest deadline it watches is due, and a deadline of a minute, left behind by
+/// a call answered at once, must not hide one of 200 ms that comes after it.
+#[test]
+fn a_short_deadline_behind_a_long_one_is_kept() {
+    let server = server_with_deadline_ticks_only();
+    let mut raw = Raw::handshake(server.local_addr());
+    let body = blob(b"soon");
+    // A whole request with a deadline of a minute, answered at once.
+    raw.send(&opening_message(1, 60_000_000, true, &body));
+    let (id, code, payload) = raw.response();
+    assert_eq!((id, code, payload), (1, 0, body.clone()));
+    // Then one of 200 ms whose half-close never comes: ended at its deadline.
+    raw.send(&opening_message(2, 200_000, false, &body));
+    let (id, code, _) = raw.response();
+    assert_eq!((id, Code::from_u32(code)), (2, Code::DeadlineExceeded));
+    raw.assert_echoes(3, &body);
+    server.shutdown();
+}
+
 /// `ServerBuilder::max_connections`: a connection beyond the limit is closed once its
 /// handshake is done (its call fails UNAVAILABLE), the connections within it go on, and a
 /// new one is served once one went away.

@@ -1502,6 +1502,12 @@ where
         self.timers.has_deadlines()
     }
 
+    /// The earliest deadline watched, if any: [`Connection::handle_timeout`] has no deadline
+    /// to end before it (it may be that of a call that ended since).
+    pub fn earliest_deadline(&self) -> Option<Instant> {
+        self.timers.earliest_deadline()
+    }
+
     /// When [`Connection::handle_timeout`] has something to do next: the earliest deadline,
     /// the next keepalive step, the next look at a frame in reassembly; `None` when nothing
     /// is timed. Keepalive counts only from the first `handle_timeout`.

@@ -181,6 +181,11 @@ impl Timers {
         !self.deadlines.is_empty()
     }
 
+    /// The earliest deadline watched (its call may have ended since).
+    pub(super) fn earliest_deadline(&self) -> Option<Instant> {
+        self.deadlines.peek().map(|Reverse((at, _))| *at)
+    }
+
     /// The next call whose deadline passed by `now` (the call may have ended since).
     pub(super) fn next_expired(&mut self, now: Instant) -> Option<u64> {
         match self.deadlines.peek() {

@@ -12,9 +12,11 @@ mod receive;
 mod send;
 mod work;
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::Duration;
+use std::time::Instant;
 
 use rpc_sync::{assert_unlocked, Flag, Serializer};
 
@@ -49,6 +51,9 @@ pub(crate) struct Owned {
     /// Server: the box of the last call that waited for its message after its headers
     /// (`CallRef::Awaiting`), for the next one (at most one kept).
     spare_awaiting: Option<Box<Awaiting>>,
+    /// Server: the earliest deadline last published in `Conn::earliest_deadline` (most new
+    /// deadlines are later: publishing is then skipped).
+    earliest_published: Option<Instant>,
 }
 
 /// A link and its protocol state.
@@ -69,8 +74,11 @@ pub(crate) struct Conn {
     closed: Flag,
     /// A server's connection: frames posted inside [`held_sends::holding_sends`] are held for one batch.
     serving: bool,
-    /// Server: some call has a deadline to watch (the endpoint's tick looks only at these).
-    deadlines_pending: AtomicBool,
+    /// Server: the earliest deadline the core watches, as [`deadline_mark`] (`u64::MAX`:
+    /// none), published by the owner for the endpoint's tick, which sends the connection
+    /// the time only once it passed: a hint (read relaxed), off by a tick at worst. A
+    /// connection with one counts in [`Counters::watching_deadlines`].
+    earliest_deadline: AtomicU64,
     /// [`Connection::credit_threshold`](crate::protocol::v2::Connection::credit_threshold):
     /// a thread that releases a receive slot asks the owner to look at the credits only when
     /// the owed credits the owner published ([`Link::publish_owed`]) and the re-posts not yet
@@ -133,7 +141,7 @@ impl Conn {
                 local_hello: local,
                 max_segment: core.max_segment(),
                 credit_threshold,
-                deadlines_pending: AtomicBool::new(false),
+                earliest_deadline: AtomicU64::new(u64::MAX),
                 link,
                 state: Serializer::new(Owned {
                     core,
@@ -142,6 +150,7 @@ impl Conn {
                     last_method: None,
                     published_owed: 0,
                     spare_awaiting: None,
+                    earliest_published: None,
                 }),
                 dispatch,
                 counters,
@@ -432,6 +441,23 @@ impl Conn {
         delivery
     }
 
+    /// Server: publishes the earliest deadline the core watches if it changed (a frame
+    /// opened a call with an earlier one, or a tick let some pass), for the endpoint's tick.
+    fn publish_deadlines(&self, owned: &mut Owned) {
+        let earliest = owned.core.earliest_deadline();
+        if earliest == owned.earliest_published {
+            return;
+        }
+        match (owned.earliest_published.is_some(), earliest.is_some()) {
+            (false, true) => self.counters.watching_deadlines(true),
+            (true, false) => self.counters.watching_deadlines(false),
+            _ => {}
+        }
+        owned.earliest_published = earliest;
+        let mark = earliest.map_or(u64::MAX, deadline_mark);
+        self.earliest_deadline.store(mark, Ordering::Relaxed);
+    }
+
     fn take_reposted(&self, owned: &mut Owned) {
         let reposted = self.link.take_reposted();
         if reposted > 0 {
@@ -475,7 +501,7 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if *self.deadlines_pending.get_mut() {
+        if *self.earliest_deadline.get_mut() != u64::MAX {
             self.counters.watching_deadlines(false);
         }
     }
@@ -590,6 +616,15 @@ fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
         CallRef::Served(task) => Some(Delivery::CancelTask(task)),
         CallRef::Awaiting(_) => None,
     }
+}
+
+/// `at` as a number that orders as instants do (seconds since a process-wide origin above
+/// 30 bits of nanoseconds: shifts, no 128-bit product), for the deadline hints connections
+/// publish; an instant before the origin reads as 0.
+pub(crate) fn deadline_mark(at: Instant) -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let since = at.saturating_duration_since(*ORIGIN.get_or_init(Instant::now));
+    (since.as_secs() << 30) | u64::from(since.subsec_nanos())
 }
 
 pub(crate) fn closed_status() -> Status {

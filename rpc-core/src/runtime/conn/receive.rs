@@ -34,6 +34,11 @@ impl Conn {
                 return Some(self.fail_all(owned, &e.to_string()));
             }
         };
+        if self.serving {
+            // The frame may have opened a call with a deadline (one whose message the core
+            // holds included: the application hears of it only later).
+            self.publish_deadlines(owned);
+        }
         // Everything the event borrows from the frame becomes an owned value or a range.
         match event {
             Event::Message {
@@ -391,17 +396,14 @@ impl Conn {
         if timeout_us == 0 {
             return None;
         }
-        let deadline = owned.core.deadline(call)?;
-        if !self.deadlines_pending.swap(true, Ordering::Relaxed) {
-            self.counters.watching_deadlines(true);
-        }
-        Some(deadline)
+        owned.core.deadline(call)
     }
 
-    /// Server: whether some call's deadline is watched (the endpoint ticks such connections more often).
-    pub(crate) fn deadlines_pending(&self) -> bool {
-        // A hint for the endpoint's ticks: the deadlines themselves are in the core.
-        self.deadlines_pending.load(Ordering::Relaxed)
+    /// Server: whether a deadline the core watches passed by `now` (as
+    /// [`deadline_mark`](super::deadline_mark); a hint for the endpoint's ticks: the
+    /// deadlines themselves are in the core).
+    pub(crate) fn deadline_due(&self, now: u64) -> bool {
+        self.earliest_deadline.load(Ordering::Relaxed) <= now
     }
 
     /// The kind of `method` on this server (`None`: no service has it); the last answer is

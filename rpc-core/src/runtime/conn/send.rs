@@ -1,7 +1,6 @@
 //! Sending: opening a client's calls (and queueing them beyond the server's `max_calls`),
 //! replies and ends, streams' messages, cancels, and what the core's timers expired.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -229,9 +228,7 @@ impl Conn {
                 }
             }
         }
-        if !owned.core.has_deadlines() && self.deadlines_pending.swap(false, Ordering::Relaxed) {
-            self.counters.watching_deadlines(false);
-        }
+        self.publish_deadlines(owned);
         (!ended.is_empty()).then_some(Delivery::Batch(ended))
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Endpoint, DEADLINE_TICK};
 use crate::protocol::v2::Role;
 use crate::protocol::Keepalive;
-use crate::runtime::conn::Work;
+use crate::runtime::conn::{deadline_mark, Work};
 use crate::runtime::KEEPALIVE_PINGS_PER_SECOND;
 
 impl Endpoint {
@@ -78,8 +78,9 @@ impl Endpoint {
         if !deadlines && !every_conn {
             return;
         }
+        let mark = deadline_mark(now);
         for conn in conns.iter() {
-            if every_conn || !server || conn.deadlines_pending() {
+            if every_conn || !server || conn.deadline_due(mark) {
                 conn.submit(Work::Timeout(now, keepalive));
             }
         }
