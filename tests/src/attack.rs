@@ -24,8 +24,9 @@ pub const CALLS: u64 = 128;
 
 /// How frames reach the server and come back, one whole frame at a time.
 pub trait Wire: Send {
-    /// Sends one frame.
-    fn send(&mut self, frame: &[u8]);
+    /// Sends one frame; `Err` with the reason if the connection is closed (by the server, or
+    /// by the test's own closer while this side still answers keepalive).
+    fn send(&mut self, frame: &[u8]) -> Result<(), String>;
     /// The next frame from the server; `Err` with the reason once the connection is closed.
     fn recv(&mut self) -> Result<Vec<u8>, String>;
     /// Something another thread calls to close the connection (ending a blocked `recv`).
@@ -58,8 +59,10 @@ impl TcpWire {
 }
 
 impl Wire for TcpWire {
-    fn send(&mut self, frame: &[u8]) {
-        self.stream.write_all(frame).unwrap();
+    fn send(&mut self, frame: &[u8]) -> Result<(), String> {
+        self.stream
+            .write_all(frame)
+            .map_err(|e| format!("closed: {e}"))
     }
 
     fn recv(&mut self) -> Result<Vec<u8>, String> {
@@ -129,15 +132,17 @@ impl VerbsWire {
 }
 
 impl Wire for VerbsWire {
-    fn send(&mut self, frame: &[u8]) {
+    fn send(&mut self, frame: &[u8]) -> Result<(), String> {
         loop {
             if let Some(mut slot) = self.link.alloc_send() {
                 slot[..frame.len()].copy_from_slice(frame);
-                self.link.post_send(slot, frame.len()).unwrap();
-                return;
+                return self
+                    .link
+                    .post_send(slot, frame.len())
+                    .map_err(|e| format!("closed: {e}"));
             }
             if let Some(reason) = &self.closed {
-                panic!("the connection closed: {reason}");
+                return Err(format!("the connection closed: {reason}"));
             }
             self.poll(Duration::from_millis(10));
         }
@@ -185,14 +190,21 @@ impl<W: Wire> Attacker<W> {
         }
     }
 
-    /// Sends a frame with the credits owed to the server.
+    /// Sends a frame with the credits owed to the server. Panics if the connection is closed.
     pub fn send(&mut self, h: Header, payload: &[u8]) {
+        if let Err(reason) = self.try_send(h, payload) {
+            panic!("{}: {reason}", self.phase);
+        }
+    }
+
+    /// [`Attacker::send`], `Err` with the reason if the connection is closed.
+    fn try_send(&mut self, h: Header, payload: &[u8]) -> Result<(), String> {
         let h = Header {
             credits: std::mem::take(&mut self.owed) as u16,
             ..h
         };
         self.credits -= 1;
-        self.wire.send(&h.to_frame(payload));
+        self.wire.send(&h.to_frame(payload))
     }
 
     /// Reads one frame, noting the credits it returns, the slot it took (returned with our
@@ -323,18 +335,19 @@ impl<W: Wire> Attacker<W> {
     }
 
     /// Holds the connection (answering keepalive PINGs, so the server keeps it) until it is
-    /// closed.
+    /// closed: by the server, or by the test's closer, which may shut the socket between a
+    /// PING read and its answer.
     pub fn hold(&mut self) {
         while let Ok(h) = self.try_read() {
             if h.kind == Kind::Ping && !h.has(flags::ACK) && self.credits >= 2 {
-                self.send(
-                    Header {
-                        flags: flags::ACK,
-                        call_id: h.call_id,
-                        ..Header::new(Kind::Ping)
-                    },
-                    &[],
-                );
+                let ack = Header {
+                    flags: flags::ACK,
+                    call_id: h.call_id,
+                    ..Header::new(Kind::Ping)
+                };
+                if self.try_send(ack, &[]).is_err() {
+                    return;
+                }
             }
         }
     }

@@ -84,7 +84,8 @@ fn a_tcp_server_holds_1000_idle_connections_in_shared_slots() {
             message_len: 2,
             ..Header::new(Kind::Message)
         };
-        wire.send(&call.to_frame(b"hi"));
+        wire.send(&call.to_frame(b"hi"))
+            .unwrap_or_else(|e| panic!("connection {n}: {e}"));
         let end = loop {
             let frame = wire
                 .recv()
