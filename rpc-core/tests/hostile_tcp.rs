@@ -202,9 +202,7 @@ fn hostile_peers_never_disturb_a_good_client() {
     assert_eq!((id, Code::from_u32(code)), (9, Code::InvalidArgument));
 
     // A valid call on the same raw connection still works.
-    let body = prost::Message::encode_to_vec(&Blob {
-        data: b"hello".to_vec(),
-    });
+    let body = blob(b"hello");
     raw.assert_echoes(10, &body);
 
     // A credit flood: more frames than the server has slots, without waiting for credits.
@@ -284,23 +282,9 @@ fn hostile_peers_never_disturb_a_good_client() {
 fn a_unary_call_takes_exactly_one_request_message() {
     let server = echo_server();
     let mut raw = Raw::handshake(server.local_addr());
-    let body = prost::Message::encode_to_vec(&Blob {
-        data: b"one".to_vec(),
-    });
-    // A whole frame of `kind` on call `call_id`; an opening one names the echo method.
+    let body = blob(b"one");
     let frame = |kind: Kind, flags: u16, call_id: u64, payload: &[u8]| {
-        Header {
-            flags,
-            call_id,
-            code: if flags & flags::OPEN != 0 {
-                METHODS[0].id
-            } else {
-                0
-            },
-            message_len: payload.len() as u32,
-            ..Header::new(kind)
-        }
-        .to_frame(payload)
+        call_frame(kind, flags, call_id, 0, payload)
     };
 
     // The message, then an empty END as the half-close: served.
@@ -335,19 +319,9 @@ fn a_unary_call_takes_exactly_one_request_message() {
 fn the_server_ends_calls_past_their_deadline() {
     let server = echo_server();
     let mut raw = Raw::handshake(server.local_addr());
-    let body = prost::Message::encode_to_vec(&Blob {
-        data: b"late".to_vec(),
-    });
+    let body = blob(b"late");
     let opening = |kind: Kind, call_id: u64, payload: &[u8]| {
-        Header {
-            flags: flags::OPEN,
-            call_id,
-            code: METHODS[0].id,
-            timeout_us: 200_000,
-            message_len: payload.len() as u32,
-            ..Header::new(kind)
-        }
-        .to_frame(payload)
+        call_frame(kind, flags::OPEN, call_id, 200_000, payload)
     };
     // Metadata only, never the message nor the half-close.
     raw.send(&opening(Kind::Headers, 1, b""));
@@ -380,20 +354,22 @@ fn server_with_deadline_ticks_only() -> Server {
         .unwrap()
 }
 
-/// A unary call's frame with OPEN, timed out after `timeout_us`.
-fn opening_message(call_id: u64, timeout_us: u32, end: bool, payload: &[u8]) -> Vec<u8> {
-    let end = if end { flags::END } else { 0 };
+/// A whole frame of `kind` on call `call_id`; an opening one names the echo method and
+/// carries `timeout_us`.
+fn call_frame(kind: Kind, flags: u16, call_id: u64, timeout_us: u32, payload: &[u8]) -> Vec<u8> {
+    let opening = flags & flags::OPEN != 0;
     Header {
-        flags: flags::OPEN | end,
+        flags,
         call_id,
-        code: METHODS[0].id,
-        timeout_us,
+        code: if opening { METHODS[0].id } else { 0 },
+        timeout_us: if opening { timeout_us } else { 0 },
         message_len: payload.len() as u32,
-        ..Header::new(Kind::Message)
+        ..Header::new(kind)
     }
     .to_frame(payload)
 }
 
+/// The encoded echo request carrying `data`.
 fn blob(data: &[u8]) -> Vec<u8> {
     prost::Message::encode_to_vec(&Blob {
         data: data.to_vec(),
@@ -409,7 +385,7 @@ fn a_held_request_ends_at_its_deadline() {
     let server = server_with_deadline_ticks_only();
     let mut raw = Raw::handshake(server.local_addr());
     let body = blob(b"held");
-    raw.send(&opening_message(1, 200_000, false, &body));
+    raw.send(&call_frame(Kind::Message, flags::OPEN, 1, 200_000, &body));
     let (id, code, _) = raw.response();
     assert_eq!((id, Code::from_u32(code)), (1, Code::DeadlineExceeded));
     raw.assert_echoes(2, &body);
@@ -425,11 +401,12 @@ fn a_short_deadline_behind_a_long_one_is_kept() {
     let mut raw = Raw::handshake(server.local_addr());
     let body = blob(b"soon");
     // A whole request with a deadline of a minute, answered at once.
-    raw.send(&opening_message(1, 60_000_000, true, &body));
+    let whole = flags::OPEN | flags::END;
+    raw.send(&call_frame(Kind::Message, whole, 1, 60_000_000, &body));
     let (id, code, payload) = raw.response();
     assert_eq!((id, code, payload), (1, 0, body.clone()));
     // Then one of 200 ms whose half-close never comes: ended at its deadline.
-    raw.send(&opening_message(2, 200_000, false, &body));
+    raw.send(&call_frame(Kind::Message, flags::OPEN, 2, 200_000, &body));
     let (id, code, _) = raw.response();
     assert_eq!((id, Code::from_u32(code)), (2, Code::DeadlineExceeded));
     raw.assert_echoes(3, &body);
