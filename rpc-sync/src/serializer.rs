@@ -2,59 +2,14 @@
 //! it instead of waiting for it. The runtime keeps each connection's protocol state in one.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 
-use crate::primitive::{AtomicUsize, Mutex};
+use crate::primitive::{AtomicUsize, Mutex, UnsafeCell};
 
-use crate::{Exclusive, ExclusiveGuard};
-
-/// The queue of work left for the owner: a buffer under a short lock (never held but to push,
-/// pop or look) that grows to the most items ever queued at once and is reused from then on,
-/// so queueing allocates nothing in a steady state (a lock-free segment queue allocated a
-/// block every 31 items queued). The lock also orders a pusher's item before its look at the
-/// owner against the owner's letting go before its look at the queue, so one of the two sees
-/// the other without relying on fences (which loom models only as acquire/release: this way
-/// the loom models check the very queue that runs).
-struct Queue<W> {
-    items: Mutex<VecDeque<W>>,
-    /// How many items `items` holds, kept under the lock: read without it, a hint only.
-    queued: AtomicUsize,
-}
-
-impl<W> Queue<W> {
-    fn new() -> Self {
-        Queue {
-            // Room for what a tick or a racing caller leaves now and then, so that the
-            // first such item allocates nothing in the middle of a busy connection's life.
-            items: Mutex::new(VecDeque::with_capacity(4)),
-            queued: AtomicUsize::new(0),
-        }
-    }
-
-    fn push(&self, w: W) {
-        let mut items = self.items.lock();
-        items.push_back(w);
-        self.queued.store(items.len(), Ordering::Relaxed);
-    }
-
-    fn pop(&self) -> Option<W> {
-        let mut items = self.items.lock();
-        let w = items.pop_front();
-        self.queued.store(items.len(), Ordering::Relaxed);
-        w
-    }
-
-    /// Whether items may be queued: without the lock, so possibly stale either way. Only
-    /// where a stale answer costs nothing but order among items racing each other: the
-    /// checks that decide whether work is left behind take the lock ([`Queue::is_empty`]).
-    fn maybe_queued(&self) -> bool {
-        self.queued.load(Ordering::Relaxed) > 0
-    }
-
-    fn is_empty(&self) -> bool {
-        self.items.lock().is_empty()
-    }
-}
+/// The bit of [`Serializer::word`] that says a thread owns the state.
+const OWNED: usize = 1;
+/// One queued item in [`Serializer::word`]'s count (above the [`OWNED`] bit).
+const ONE: usize = 2;
 
 /// State `S` worked on by one thread at a time, and the work items `W` other threads left for
 /// it. [`Serializer::submit`] runs a work item at once if nobody owns the state; otherwise it
@@ -68,20 +23,41 @@ impl<W> Queue<W> {
 /// Work items run in the order they were queued; a thread's own item runs after the items
 /// already queued, so one thread's items run in the order it submitted them.
 ///
+/// Ownership and the count of queued items share one atomic word, so taking the state,
+/// counting an item and letting go are each one read-modify-write that every other thread
+/// sees in one order: a submitter that counts its item either finds the state owned (its
+/// owner then fails to let go while the count is not zero, and runs the item) or takes it
+/// itself. No fence, and no lock on the way out of an uncontended step.
+///
 /// Bound: the queue holds what submitters left while the state was owned; each caller of
 /// `submit` adds at most one item per call, so its length is bounded by what the runtime's
 /// callers may have outstanding (documented where the runtime submits).
 pub struct Serializer<S, W> {
-    owner: Exclusive<S>,
-    inbox: Queue<W>,
+    /// [`OWNED`] while a thread owns `state`, plus [`ONE`] per item counted in `items`.
+    word: AtomicUsize,
+    state: UnsafeCell<S>,
+    /// Items left for the owner: a buffer under a short lock (never held but to push or pop)
+    /// that grows to the most items ever queued at once and is reused from then on, so
+    /// queueing allocates nothing in a steady state. A submitter pushes its item before it
+    /// counts it, and only the owner pops (one item per count it takes back), so the buffer
+    /// never holds fewer items than `word` counts when the owner looks.
+    items: Mutex<VecDeque<W>>,
 }
+
+// SAFETY: `state` is reached only by the thread that set `OWNED` in `word` (one successful
+// read-modify-write sets it, the owner clears it), so sharing the serializer only ever
+// moves `S` and `W` between threads: `Send` suffices for both.
+unsafe impl<S: Send, W: Send> Sync for Serializer<S, W> {}
 
 impl<S, W> Serializer<S, W> {
     /// Unowned state and an empty queue.
     pub fn new(state: S) -> Self {
         Serializer {
-            owner: Exclusive::new(state),
-            inbox: Queue::new(),
+            word: AtomicUsize::new(0),
+            state: UnsafeCell::new(state),
+            // Room for what a tick or a racing caller leaves now and then, so that the
+            // first such item allocates nothing in the middle of a busy connection's life.
+            items: Mutex::new(VecDeque::with_capacity(4)),
         }
     }
 
@@ -94,83 +70,114 @@ impl<S, W> Serializer<S, W> {
         mut step: impl FnMut(&mut S, W) -> Option<D>,
         mut deliver: impl FnMut(D),
     ) {
-        let Some(mut guard) = self.owner.try_lock() else {
-            return self.run(None, Some(work), &mut step, &mut deliver);
-        };
-        if self.inbox.maybe_queued() {
-            // Items left earlier run first.
-            return self.run(Some(guard), Some(work), &mut step, &mut deliver);
-        }
-        // The common case: the state was free and nothing was left for it, so `work` runs at
+        // The common case: nobody owns the state and nothing is queued, so `work` runs at
         // once, without being queued or moved around.
-        let delivery = guard.with(|state| step(state, work));
-        drop(guard);
-        // Pairs with a submitter's fence after queueing: see `run`.
-        fence(Ordering::SeqCst);
-        if let Some(d) = delivery {
-            deliver(d);
+        if self
+            .word
+            .compare_exchange(0, OWNED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            let delivery = self.step_owned(&mut step, work);
+            if self
+                .word
+                .compare_exchange(OWNED, 0, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                if let Some(d) = delivery {
+                    deliver(d);
+                }
+                return;
+            }
+            // Items were left meanwhile: still the owner, this thread runs them.
+            return self.run_owned(delivery, &mut step, &mut deliver);
         }
-        if !self.inbox.is_empty() {
-            self.run(None, None, &mut step, &mut deliver);
+        if self.enqueue(work) {
+            self.run_owned(None, &mut step, &mut deliver);
         }
     }
 
-    /// [`Serializer::submit`]'s general case: owns the state (`guard`, or when it gets it)
-    /// and runs what was left for it, then `own`, delivering as it goes; or leaves `own` to
-    /// the owner. Returns once nothing is left that this thread must run.
-    fn run<D>(
+    /// Runs one step; the caller owns the state.
+    #[inline]
+    fn step_owned<D, F>(&self, step: &mut F, work: W) -> Option<D>
+    where
+        F: FnMut(&mut S, W) -> Option<D> + ?Sized,
+    {
+        // SAFETY: this thread set `OWNED` and has not cleared it: no other thread reaches
+        // `state` until it does (see `Sync`), and the borrow ends with `step`.
+        self.state
+            .with_mut(|state| step(unsafe { &mut *state }, work))
+    }
+
+    /// Queues `work` and counts it; `true` if this thread took the state with it (nobody
+    /// owned it) and must run what is queued.
+    fn enqueue(&self, work: W) -> bool {
+        self.items.lock().push_back(work);
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            match self.word.compare_exchange_weak(
+                word,
+                (word + ONE) | OWNED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(previous) => return previous & OWNED == 0,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// [`Serializer::submit`]'s general case, on the owning thread: delivers `delivery` (a
+    /// step this thread ran) once it let go, runs the queued items, letting go to deliver
+    /// what each produces, and takes the state back while items are left and nobody else
+    /// did. Returns once nothing is left that this thread must run.
+    #[cold]
+    fn run_owned<D>(
         &self,
-        mut guard: Option<ExclusiveGuard<'_, S>>,
-        mut own: Option<W>,
+        mut delivery: Option<D>,
         step: &mut dyn FnMut(&mut S, W) -> Option<D>,
         deliver: &mut dyn FnMut(D),
     ) {
         loop {
-            let Some(mut owner) = guard.take().or_else(|| self.owner.try_lock()) else {
-                match own.take() {
-                    Some(w) => {
-                        self.inbox.push(w);
-                        // Pairs with the owner's fence after letting go: either it sees this
-                        // item, or this thread sees the state free and takes it.
-                        fence(Ordering::SeqCst);
-                        continue;
-                    }
-                    None => return,
-                }
-            };
-            let mut delivery = None;
-            while delivery.is_none() {
-                // The count first: no lock in the common case, nothing left for the owner.
-                // A stale zero is caught by the locked check after letting go, below.
-                let left = if self.inbox.maybe_queued() {
-                    self.inbox.pop()
-                } else {
-                    None
-                };
-                let Some(w) = left.or_else(|| own.take()) else {
-                    break;
-                };
-                delivery = owner.with(|state| step(state, w));
+            while delivery.is_none() && self.word.load(Ordering::Acquire) >= ONE {
+                let work = self
+                    .items
+                    .lock()
+                    .pop_front()
+                    .expect("a counted item is queued before it is counted");
+                self.word.fetch_sub(ONE, Ordering::AcqRel);
+                delivery = self.step_owned(step, work);
             }
-            drop(owner);
-            fence(Ordering::SeqCst);
-            if let Some(d) = delivery {
-                deliver(d);
+            // Let go, keeping the count: items counted from here on are seen below, or
+            // taken with the state by their submitter.
+            let left = self.word.fetch_and(!OWNED, Ordering::AcqRel) & !OWNED;
+            match delivery.take() {
+                Some(d) => deliver(d),
+                None if left == 0 => return,
+                None => {}
             }
-            // Whatever was queued before the fence above is seen here; what is queued after
-            // it is run by its submitter, which then finds the state free, or by the owner
-            // it found.
-            if own.is_none() && self.inbox.is_empty() {
+            if !self.reclaim() {
                 return;
             }
         }
     }
 
-    /// Runs `f` on the state if nobody owns it (`None` otherwise). Work queued meanwhile is
-    /// left for the next [`Serializer::submit`]: use this only for things that can be
-    /// retried, such as a periodic check.
-    pub fn try_with<R>(&self, f: impl FnOnce(&mut S) -> R) -> Option<R> {
-        let mut guard = self.owner.try_lock()?;
-        Some(guard.with(f))
+    /// Takes the state back if items are queued and nobody owns it (`false`: nothing is
+    /// left for this thread).
+    fn reclaim(&self) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word < ONE || word & OWNED != 0 {
+                return false;
+            }
+            match self.word.compare_exchange_weak(
+                word,
+                word | OWNED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
     }
 }

@@ -453,12 +453,19 @@ fn flag_waker() -> (std::task::Waker, Arc<loom::sync::atomic::AtomicBool>) {
 fn serializer_runs_every_item_once_and_delivers() {
     loom::model(|| {
         let s = Arc::new(Serializer::new(Vec::<u32>::new()));
+        // What ran, as the last step left it: read without submitting, so an item left
+        // queued with nobody to run it shows as missing.
+        let ran = Arc::new(loom::sync::Mutex::new(Vec::new()));
         let delivered = Arc::new(AtomicUsize::new(0));
-        let submit = |s: &Serializer<Vec<u32>, u32>, item: u32, delivered: &AtomicUsize| {
+        let submit = |s: &Serializer<Vec<u32>, u32>,
+                      item: u32,
+                      ran: &loom::sync::Mutex<Vec<u32>>,
+                      delivered: &AtomicUsize| {
             s.submit(
                 item,
                 &mut |log: &mut Vec<u32>, w: u32| {
                     log.push(w);
+                    *ran.lock().unwrap() = log.clone();
                     // Odd items produce a delivery.
                     (w % 2 == 1).then_some(w)
                 },
@@ -467,20 +474,53 @@ fn serializer_runs_every_item_once_and_delivers() {
                 },
             )
         };
-        let (s2, d2) = (Arc::clone(&s), Arc::clone(&delivered));
+        let (s2, r2, d2) = (Arc::clone(&s), Arc::clone(&ran), Arc::clone(&delivered));
         let t = thread::spawn(move || {
-            submit(&s2, 1, &d2);
-            submit(&s2, 2, &d2);
+            submit(&s2, 1, &r2, &d2);
+            submit(&s2, 2, &r2, &d2);
         });
-        submit(&s, 3, &delivered);
+        submit(&s, 3, &ran, &delivered);
         t.join().unwrap();
-        let log = s.try_with(|log| log.clone()).expect("nobody owns it");
+        let log = ran.lock().unwrap().clone();
         let mut sorted = log.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, vec![1, 2, 3], "each item exactly once: {log:?}");
         let pos = |x| log.iter().position(|&v| v == x).unwrap();
         assert!(pos(1) < pos(2), "one thread's items in order: {log:?}");
         assert_eq!(delivered.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// A delivery submits to the serializer that produced it (a handler's reply, as the runtime
+/// does) while another thread submits: nothing is lost, and the reply runs after its request.
+#[test]
+fn serializer_takes_work_submitted_by_a_delivery() {
+    loom::model(|| {
+        type Ran = loom::sync::Mutex<Vec<u32>>;
+        fn submit(s: &Serializer<Vec<u32>, u32>, item: u32, ran: &Ran) {
+            s.submit(
+                item,
+                |log: &mut Vec<u32>, w: u32| {
+                    log.push(w);
+                    *ran.lock().unwrap() = log.clone();
+                    // Item 1 is a request: its delivery answers it with item 10.
+                    (w == 1).then_some(10)
+                },
+                |reply| submit(s, reply, ran),
+            )
+        }
+        let s = Arc::new(Serializer::new(Vec::<u32>::new()));
+        let ran = Arc::new(Ran::new(Vec::new()));
+        let (s2, r2) = (Arc::clone(&s), Arc::clone(&ran));
+        let t = thread::spawn(move || submit(&s2, 2, &r2));
+        submit(&s, 1, &ran);
+        t.join().unwrap();
+        let log = ran.lock().unwrap().clone();
+        let mut sorted = log.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![1, 2, 10], "each item exactly once: {log:?}");
+        let pos = |x| log.iter().position(|&v| v == x).unwrap();
+        assert!(pos(1) < pos(10), "the reply after its request: {log:?}");
     });
 }
 
