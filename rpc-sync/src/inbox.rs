@@ -9,62 +9,14 @@
 //! what the call's flow-control window let the peer send).
 
 use std::collections::VecDeque;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::park::{park, park_timeout};
-use crate::primitive::{current, Mutex, Thread};
+use crate::primitive::{current, Mutex};
+use crate::wake::{Waiter, Wake};
 
 /// Who to wake.
-enum Waiter {
-    Thread(Thread),
-    Task(Waker),
-}
-
-impl Waiter {
-    fn wake(self) {
-        match self {
-            Waiter::Thread(t) => t.unpark(),
-            Waiter::Task(w) => w.wake(),
-        }
-    }
-
-    /// Replaces `slot` with the current task's waker, unless it already holds one that
-    /// would wake the same task.
-    fn register_task(slot: &mut Option<Waiter>, cx: &Context<'_>) {
-        if let Some(Waiter::Task(w)) = slot {
-            if w.will_wake(cx.waker()) {
-                return;
-            }
-        }
-        *slot = Some(Waiter::Task(cx.waker().clone()));
-    }
-}
-
-/// A wake-up of an inbox's receiver, left for the producer to do once it let go of what it
-/// holds ([`Inbox::push_deferred`]). Dropping it without [`Wake::wake`] loses the wake-up.
-#[must_use = "the receiver sleeps until woken"]
-pub struct Wake(Option<Waiter>);
-
-impl Wake {
-    /// Wakes the receiver if it was waiting; whether it was.
-    pub fn wake(self) -> bool {
-        match self.0 {
-            Some(waiter) => {
-                waiter.wake();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-impl std::fmt::Debug for Wake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Wake").field(&self.0.is_some()).finish()
-    }
-}
-
 /// What [`Inbox::push`] did with an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {

@@ -82,6 +82,7 @@ mod poll_duty;
 mod serializer;
 mod slot_pool;
 mod task;
+mod wake;
 mod work_queue;
 
 pub use budget::ByteBudget;
@@ -92,7 +93,7 @@ pub use drain_queue::DrainQueue;
 pub use exclusive::{Exclusive, ExclusiveGuard};
 pub use flag::{wakeups_issued, woke_a_thread, Count, Flag, Published};
 pub use flusher::{FlushTurn, Flusher};
-pub use inbox::{Inbox, Pushed, Signal, Wake};
+pub use inbox::{Inbox, Pushed, Signal};
 pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
@@ -101,6 +102,7 @@ pub use poll_duty::PollDuty;
 pub use serializer::Serializer;
 pub use slot_pool::SlotPool;
 pub use task::{Runnable, Schedule, Task};
+pub use wake::Wake;
 pub use work_queue::WorkQueue;
 
 /// Atomics, cells and parking: std's, or loom's under `--cfg loom`.

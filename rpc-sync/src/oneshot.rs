@@ -3,11 +3,12 @@
 //! taken slot empty again, so the runtime can pool them (no allocation per call).
 
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::park::{park, park_timeout};
-use crate::primitive::{AtomicU8, Thread, UnsafeCell};
+use crate::primitive::{AtomicU8, UnsafeCell};
+use crate::wake::{Waiter, Wake};
 
 /// A waiter is registered in `waiter`.
 const WAITER: u8 = 0b001;
@@ -17,11 +18,6 @@ const VALUE: u8 = 0b010;
 const CLAIMED: u8 = 0b100;
 
 /// Who to wake when the value arrives.
-enum Waiter {
-    Thread(Thread),
-    Task(Waker),
-}
-
 /// What [`Oneshot::complete`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completed {
@@ -74,25 +70,31 @@ impl<T> Oneshot<T> {
     /// Leaves `value` for the receiver and wakes it if it waits. The first completion wins:
     /// a later one drops its value ([`Completed::Lost`]).
     pub fn complete(&self, value: T) -> Completed {
+        match self.complete_deferred(value).map(Wake::wake) {
+            None => Completed::Lost,
+            Some(true) => Completed::Woke,
+            Some(false) => Completed::Stored,
+        }
+    }
+
+    /// Leaves `value` for the receiver, and the wake-up of a receiver that waits to the
+    /// returned [`Wake`]: a completer that holds something the receiver may want (a
+    /// connection's state) leaves the value now and wakes the receiver once it let go.
+    /// `None`: the slot was completed already, and `value` dropped.
+    pub fn complete_deferred(&self, value: T) -> Option<Wake> {
         if self.state.fetch_or(CLAIMED, Ordering::Acquire) & CLAIMED != 0 {
-            return Completed::Lost;
+            return None;
         }
         // SAFETY: `CLAIMED` makes this the only completer; the receiver reads `value` only
         // after `VALUE`, which is set below with release ordering.
         self.value.with_mut(|v| unsafe { *v = Some(value) });
         let prev = self.state.fetch_or(VALUE, Ordering::AcqRel);
-        if prev & WAITER != 0 {
-            // SAFETY: `WAITER` was set when `VALUE` was: the receiver registered its waiter
-            // and, seeing `VALUE` from now on, never touches it again.
-            let waiter = self.waiter.with_mut(|w| unsafe { (*w).take() });
-            match waiter {
-                Some(Waiter::Thread(t)) => t.unpark(),
-                Some(Waiter::Task(w)) => w.wake(),
-                None => return Completed::Stored,
-            }
-            return Completed::Woke;
+        if prev & WAITER == 0 {
+            return Some(Wake(None));
         }
-        Completed::Stored
+        // SAFETY: `WAITER` was set when `VALUE` was: the receiver registered its waiter and,
+        // seeing `VALUE` from now on, never touches it again.
+        Some(Wake(self.waiter.with_mut(|w| unsafe { (*w).take() })))
     }
 
     /// Whether the value is there (it may have been taken already).

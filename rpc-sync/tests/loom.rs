@@ -390,6 +390,29 @@ fn oneshot_wakes_a_parked_receiver() {
     });
 }
 
+/// A completer leaves the value while it holds something (a connection's state) and wakes
+/// the parked receiver only after letting go, as a connection's owner does: the receiver
+/// always gets the value and never sleeps through the deferred wake.
+#[test]
+fn oneshot_deferred_wake_reaches_a_parked_receiver() {
+    loom::model(|| {
+        let slot = Arc::new(Oneshot::new());
+        let held = Arc::new(loom::sync::Mutex::new(()));
+        let (completer, state) = (Arc::clone(&slot), Arc::clone(&held));
+        let t = thread::spawn(move || {
+            let wake = {
+                let _owned = state.lock().unwrap();
+                completer
+                    .complete_deferred(7u32)
+                    .expect("the only completion")
+            };
+            wake.wake();
+        });
+        assert_eq!(slot.wait(None), Some(7));
+        t.join().unwrap();
+    });
+}
+
 /// Two completers (a reply and a deadline): exactly one wins, and the receiver gets its value.
 #[test]
 fn oneshot_first_completion_wins() {
