@@ -10,8 +10,14 @@ use crate::{Code, Error, MetadataMap};
 /// The outcome of a failed call: a [`Code`], a human-readable message, optional binary
 /// details (by convention a serialized `google.rpc.Status`) and metadata (sent as the call's
 /// trailers). All of it crosses the wire.
+///
+/// One pointer wide: results and the runtime's hand-offs that may carry a status stay
+/// small to move on the path where there is none.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
+pub struct Status(Box<Parts>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Parts {
     /// What the protocol core sends in an END: code, message, details.
     wire: WireStatus,
     metadata: MetadataMap,
@@ -68,70 +74,69 @@ status_constructors! {
 impl Status {
     /// A status with the given code and message.
     pub fn new(code: Code, message: impl Into<String>) -> Status {
-        Status {
-            wire: WireStatus::new(code, message),
-            metadata: MetadataMap::new(),
-        }
+        Status::from(WireStatus::new(code, message))
     }
 
     /// The same status with `metadata` (sent as trailers).
     pub fn with_metadata(mut self, metadata: MetadataMap) -> Status {
-        self.metadata = metadata;
+        self.0.metadata = metadata;
         self
     }
 
     /// The metadata (a client sees the call's trailers here).
     pub fn metadata(&self) -> &MetadataMap {
-        &self.metadata
+        &self.0.metadata
     }
 
     /// The metadata, mutably.
     pub fn metadata_mut(&mut self) -> &mut MetadataMap {
-        &mut self.metadata
+        &mut self.0.metadata
     }
 
     /// The same status with binary `details` (sent as `grpc-status-details-bin`).
     pub fn with_details(mut self, details: impl Into<Vec<u8>>) -> Status {
-        self.wire = self.wire.with_details(details);
+        let wire = &mut self.0.wire;
+        let taken = std::mem::replace(wire, WireStatus::new(Code::Ok, String::new()));
+        *wire = taken.with_details(details);
         self
     }
 
     /// The binary details (empty when there are none).
     pub fn details(&self) -> &[u8] {
-        self.wire.details()
+        self.0.wire.details()
     }
 
     /// The status code.
     pub fn code(&self) -> Code {
-        self.wire.code()
+        self.0.wire.code()
     }
 
     /// The message (may be empty).
     pub fn message(&self) -> &str {
-        self.wire.message()
+        self.0.wire.message()
     }
 }
 
 impl AsRef<WireStatus> for Status {
     /// What the protocol core encodes of this status in an END.
     fn as_ref(&self) -> &WireStatus {
-        &self.wire
+        &self.0.wire
     }
 }
 
 impl From<WireStatus> for Status {
     /// A status the protocol core produced (a call it refused), without metadata.
     fn from(wire: WireStatus) -> Status {
-        Status {
+        Status(Box::new(Parts {
             wire,
             metadata: MetadataMap::new(),
-        }
+        }))
     }
 }
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.wire, f)
+        fmt::Display::fmt(&self.0.wire, f)
     }
 }
 

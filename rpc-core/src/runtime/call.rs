@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use rpc_sync::{assert_unlocked, Flag, Oneshot, Published};
+use rpc_sync::{assert_unlocked, Flag, Oneshot, Published, Wake};
 
 use super::stream::{Received, StreamShared};
 use crate::protocol::v2::Reservation;
@@ -217,13 +217,18 @@ impl CallCell {
         self.id.set(id);
     }
 
-    /// Leaves the outcome and wakes the caller.
+    /// Leaves the outcome, and the caller's wake-up (if it waits parked or as a task) to
+    /// the returned [`Wake`]: the connection's owner leaves the outcome while it owns the
+    /// state (deciding it there, against a cancel or a deadline) and wakes the caller once
+    /// it let go. A caller that drives the connection itself sees the outcome as soon as
+    /// its own step returns, with nothing left to wake. `None`: an outcome was left
+    /// already (this one is dropped).
     ///
     /// A reply stays in its receive slot (zero-copy) only while a thread waits to decode it.
     /// Otherwise (a future not being awaited yet) it is copied out and the slot released:
     /// replies nobody consumes yet must not hold the receive ring, or the peer would run out
     /// of credits for the replies that callers are waiting for.
-    pub(crate) fn complete(&self, result: Result<Reply, Status>) {
+    pub(crate) fn complete_deferred(&self, result: Result<Reply, Status>) -> Option<Wake> {
         let result = match result {
             Ok(reply) if !self.thread_waiting.is_raised() => Ok(Reply {
                 payload: reply.payload.detach(),
@@ -231,10 +236,7 @@ impl CallCell {
             }),
             other => other,
         };
-        assert_unlocked("completing a call");
-        if self.outcome.complete(result) == rpc_sync::Completed::Woke {
-            super::woke_a_thread();
-        }
+        self.outcome.complete_deferred(result)
     }
 
     /// Makes a used cell new again (it must not be shared any more).

@@ -355,36 +355,24 @@ impl Conn {
     }
 
     /// One work item, on the owning thread; what it delivers is settled (see
-    /// [`Delivery::settle`]).
+    /// [`Delivery::settle`]). The call path's items (a received frame, a call to open, a
+    /// reply) each take a branch of their own, so that a step moves and tracks nothing of
+    /// the others.
     fn step(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
         if owned.closed {
-            let mut delivery = match work {
-                Work::Open(call) => Some(call.caller.fail(closed_status())),
-                Work::Send { stream, .. } | Work::HalfClose(stream) => {
-                    Some(Delivery::Ready(stream))
-                }
-                _ => None,
-            };
-            Delivery::settle_in_place(&mut delivery);
-            return delivery;
+            return step_closed(work);
         }
-        let received = matches!(work, Work::Frame(..));
-        if !received {
-            // The credits that frames of this step carry back (a received frame's step takes
-            // them once it is done with the frame, before it transmits).
-            self.take_reposted(owned);
-        }
-        let mut delivery = match work {
-            Work::Frame(buf, clock) => self.on_frame(owned, buf, clock),
-            Work::Open(call) => self.open(owned, call),
-            Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
-            Work::HalfClose(stream) => {
-                self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
+        let delivery = match work {
+            Work::Frame(buf, clock) => {
+                let delivery = self.on_frame(owned, buf, clock);
+                // The frame's slot, if it was released (its message copied out), counts
+                // now.
+                self.take_reposted(owned);
+                delivery
             }
-            Work::Headers { call, block } => {
-                let frame = block_frame(Kind::Headers, block);
-                let _ = self.post_result(owned.core.send(call, frame, 0, 0));
-                None
+            Work::Open(call) => {
+                self.take_reposted(owned);
+                self.open(owned, call)
             }
             Work::Reply {
                 call,
@@ -392,7 +380,49 @@ impl Conn {
                 headers,
                 trailers,
             } => {
+                self.take_reposted(owned);
                 self.reply(owned, call, frame, headers, trailers);
+                None
+            }
+            work => {
+                self.take_reposted(owned);
+                self.step_other(owned, work)
+            }
+        };
+        self.transmit(owned);
+        self.publish_owed(owned);
+        if delivery.is_none() && owned.blocked.is_empty() {
+            // Most steps deliver nothing: the answer is a constant, nothing to move.
+            return None;
+        }
+        self.settle(owned, delivery)
+    }
+
+    /// The rest of a step that delivers something, or has senders waiting.
+    #[inline(never)]
+    fn settle(&self, owned: &mut Owned, mut delivery: Option<Delivery>) -> Option<Delivery> {
+        if !owned.blocked.is_empty() {
+            self.release_senders(owned, &mut delivery);
+        }
+        Delivery::settle_in_place(&mut delivery);
+        delivery
+    }
+
+    /// The work items off the call path (the credits that frames of the step carry back
+    /// were taken).
+    #[inline(never)]
+    fn step_other(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
+        match work {
+            Work::Frame(..) | Work::Open(_) | Work::Reply { .. } => {
+                unreachable!("a step of its own")
+            }
+            Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
+            Work::HalfClose(stream) => {
+                self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
+            }
+            Work::Headers { call, block } => {
+                let frame = block_frame(Kind::Headers, block);
+                let _ = self.post_result(owned.core.send(call, frame, 0, 0));
                 None
             }
             Work::End { call, status } => {
@@ -427,18 +457,7 @@ impl Conn {
                 None
             }
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
-        };
-        if received {
-            // The frame's slot, if it was released (its message copied out), counts now.
-            self.take_reposted(owned);
         }
-        self.transmit(owned);
-        self.publish_owed(owned);
-        if !owned.blocked.is_empty() {
-            self.release_senders(owned, &mut delivery);
-        }
-        Delivery::settle_in_place(&mut delivery);
-        delivery
     }
 
     /// Server: publishes the earliest deadline the core watches if it changed (a frame
@@ -547,7 +566,6 @@ impl Conn {
                     }),
                 }
             }
-            Delivery::Complete { cell, result } => cell.complete(result),
             // `settle` turned these into the ones below before the state was let go.
             Delivery::Push { .. } | Delivery::HalfClosed(_) | Delivery::End { .. } => {
                 unreachable!("a stream delivery that was not settled")
@@ -591,6 +609,19 @@ impl Conn {
     }
 }
 
+/// A step on a closed connection: a call to open fails, a stream's sender goes on (to find
+/// the stream over), the rest is moot.
+#[cold]
+fn step_closed(work: Work) -> Option<Delivery> {
+    let mut delivery = match work {
+        Work::Open(call) => Some(call.caller.fail(closed_status())),
+        Work::Send { stream, .. } | Work::HalfClose(stream) => Some(Delivery::Ready(stream)),
+        _ => None,
+    };
+    Delivery::settle_in_place(&mut delivery);
+    delivery
+}
+
 /// A HEADERS frame (a metadata block) or a client's END (empty) of a call.
 pub(crate) fn block_frame(kind: Kind, block: Vec<u8>) -> Outgoing<SendBuf> {
     Outgoing {
@@ -605,10 +636,7 @@ pub(crate) fn block_frame(kind: Kind, block: Vec<u8>) -> Outgoing<SendBuf> {
 /// refused).
 fn call_ended(user: CallRef, status: Status) -> Option<Delivery> {
     match user {
-        CallRef::Waiter(cell) => Some(Delivery::Complete {
-            cell,
-            result: Err(status),
-        }),
+        CallRef::Waiter(cell) => Delivery::outcome(&cell, Err(status)),
         CallRef::Stream(stream) => Some(Delivery::End {
             stream,
             end: Err(status),

@@ -134,14 +134,18 @@ impl Conn {
                 reply,
                 ..
             } => {
-                let status = status_from_trailers(code, &trailers);
+                // OK: the trailers alone (no status to build); else the status they carry.
+                let end = match code {
+                    Code::Ok => Ok(MetadataMap::from_block(&trailers)),
+                    _ => Err(status_from_trailers(code, &trailers)),
+                };
                 drop(buf);
                 match user {
                     CallRef::Waiter(cell) => {
                         let reply = reply.map(|r| *r);
-                        let result = match (code, reply) {
+                        let result = match (end, reply) {
                             (
-                                Code::Ok,
+                                Ok(trailers),
                                 Some(HeldReply {
                                     headers,
                                     body: Some(body),
@@ -150,23 +154,16 @@ impl Conn {
                             ) => Ok(Reply {
                                 payload: Payload::reassembled(body, held),
                                 headers: MetadataMap::from_block(&headers),
-                                trailers: status.metadata().clone(),
+                                trailers,
                             }),
-                            (Code::Ok, _) => Err(Status::internal(
+                            (Ok(_), _) => Err(Status::internal(
                                 "the server ended the call without a reply",
                             )),
-                            _ => Err(status),
+                            (Err(status), _) => Err(status),
                         };
-                        Some(Delivery::Complete { cell, result })
+                        Delivery::outcome(&cell, result)
                     }
-                    CallRef::Stream(stream) => {
-                        let end = if code == Code::Ok {
-                            Ok(status.metadata().clone())
-                        } else {
-                            Err(status)
-                        };
-                        Some(Delivery::End { stream, end })
-                    }
+                    CallRef::Stream(stream) => Some(Delivery::End { stream, end }),
                     CallRef::Served(_) | CallRef::Awaiting(_) => None,
                 }
             }
@@ -225,15 +222,15 @@ impl Conn {
             // The last message, with END: the call ended with OK.
             Some(CallRef::Waiter(cell)) => {
                 // One MESSAGE with END, and nothing before it (headers would have made the
-                // core hold the reply for an END): read in place.
-                Some(Delivery::Complete {
-                    cell,
-                    result: Ok(Reply {
-                        payload: body.into_payload(buf),
-                        headers: MetadataMap::new(),
-                        trailers: MetadataMap::new(),
-                    }),
-                })
+                // core hold the reply for an END): read in place. The outcome is left now
+                // (a caller driving the connection finds it when this step returns); only
+                // waking a parked caller waits for the state to be let go.
+                let reply = Reply {
+                    payload: body.into_payload(buf),
+                    headers: MetadataMap::new(),
+                    trailers: MetadataMap::new(),
+                };
+                Delivery::outcome(&cell, Ok(reply))
             }
             Some(CallRef::Stream(stream)) => {
                 let message = body.copy_out(&buf, owned.core.memory());
@@ -312,11 +309,13 @@ impl Conn {
                         };
                         let request = self.serve_stream(owned, call, method, deadline, headers);
                         let stream = match &request {
-                            Delivery::Request(RequestDelivery {
-                                stream: Some(stream),
-                                ..
-                            }) => Arc::clone(stream),
-                            _ => unreachable!("serve_stream delivers a stream"),
+                            Delivery::Request(request) => Arc::clone(
+                                request
+                                    .stream
+                                    .as_ref()
+                                    .expect("serve_stream delivers a stream"),
+                            ),
+                            _ => unreachable!("serve_stream delivers a request"),
                         };
                         let first = Delivery::Push {
                             stream: Arc::clone(&stream),

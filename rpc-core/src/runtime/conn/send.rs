@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::super::stream::StreamShared;
 use super::{block_frame, call_ended, Caller, Conn, Delivery, OpenCall, Owned};
-use crate::protocol::v2::{flags, Expiry, Kind, Outgoing, Role, SendError};
+use crate::protocol::v2::{flags, Expiry, Kind, Outgoing, Role, SendError, WireStatus};
 use crate::transport::SendBuf;
 use crate::{Code, MetadataMap, Status};
 
@@ -40,8 +40,8 @@ impl Conn {
                 self.end_call(owned, call, &Status::resource_exhausted(why));
             }
             Ok(()) if !plain => {
-                let status = Status::new(Code::Ok, "").with_metadata(trailers);
-                self.end_call(owned, call, &status);
+                let ok = WireStatus::new(Code::Ok, String::new());
+                self.end_call_with(owned, call, &ok, &trailers);
             }
             // Sent, or the call is gone (cancelled meanwhile).
             _ => {}
@@ -50,7 +50,18 @@ impl Conn {
 
     /// Server: END with `status`, its metadata as trailers.
     pub(super) fn end_call(&self, owned: &mut Owned, call: u64, status: &Status) {
-        let trailers: Vec<(&str, &[u8])> = status.metadata().iter().collect();
+        self.end_call_with(owned, call, status.as_ref(), status.metadata());
+    }
+
+    /// Server: END with `status` and `trailers`.
+    fn end_call_with(
+        &self,
+        owned: &mut Owned,
+        call: u64,
+        status: &WireStatus,
+        trailers: &MetadataMap,
+    ) {
+        let trailers: Vec<(&str, &[u8])> = trailers.iter().collect();
         let _ = self.post_result(owned.core.end_call(call, status, &trailers));
     }
 

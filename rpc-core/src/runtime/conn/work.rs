@@ -83,10 +83,7 @@ impl Caller {
 
     pub(super) fn fail(self, status: Status) -> Delivery {
         match self {
-            Caller::Unary(cell) => Delivery::Complete {
-                cell,
-                result: Err(status),
-            },
+            Caller::Unary(cell) => Delivery::outcome(&cell, Err(status)).unwrap_or_default(),
             Caller::Stream(stream) => Delivery::End {
                 stream,
                 end: Err(status),
@@ -160,11 +157,6 @@ pub(crate) enum Work {
 pub(crate) enum Delivery {
     /// Server: a request for a handler.
     Request(RequestDelivery),
-    /// Client: a unary call's outcome.
-    Complete {
-        cell: Arc<CallCell>,
-        result: Result<Reply, Status>,
-    },
     /// A streaming call received something.
     Push {
         stream: Arc<StreamShared>,
@@ -200,7 +192,26 @@ pub(crate) enum Delivery {
     },
 }
 
+impl Default for Delivery {
+    /// Nothing to deliver.
+    fn default() -> Delivery {
+        Delivery::Batch(Vec::new())
+    }
+}
+
 impl Delivery {
+    /// Client: leaves a unary call's outcome in its cell now, while the connection's state
+    /// is owned (whoever removes the call from the core decides the outcome, so the
+    /// outcome is left there too); what remains is waking a caller that waits parked or as
+    /// a task, once the state is let go. `None`: nothing to wake (the caller drives the
+    /// connection and finds the outcome when its step returns, or an outcome was left
+    /// already).
+    pub(super) fn outcome(cell: &CallCell, result: Result<Reply, Status>) -> Option<Delivery> {
+        cell.complete_deferred(result)
+            .filter(Wake::is_needed)
+            .map(Delivery::Woken)
+    }
+
     /// Puts what a delivery brings a stream into the stream's inbox now, while the
     /// connection's state is owned, and leaves the rest (waking the reader, stopping the
     /// sender, cancelling a task) for after it is let go. Deliveries run on whichever
@@ -245,7 +256,7 @@ impl Delivery {
     }
 
     /// [`Delivery::settle`] in place; the deliveries that need none (a request for a
-    /// handler, a unary call's outcome) are not moved.
+    /// handler, a wake-up) are not moved.
     pub(super) fn settle_in_place(delivery: &mut Option<Delivery>) {
         if matches!(
             delivery,
