@@ -391,9 +391,14 @@ impl Conn {
         };
         self.transmit(owned);
         self.publish_owed(owned);
-        if delivery.is_none() && owned.blocked.is_empty() {
-            // Most steps deliver nothing: the answer is a constant, nothing to move.
-            return None;
+        if owned.blocked.is_empty() {
+            match delivery {
+                // Most steps deliver nothing: the answer is a constant, nothing to move.
+                None => return None,
+                // A request for a handler needs no settling.
+                Some(Delivery::Request(_)) => return delivery,
+                Some(_) => {}
+            }
         }
         self.settle(owned, delivery)
     }

@@ -179,8 +179,10 @@ impl Conn {
             };
             sent = self.post_result_as(owned.core.send(id, frame, method, timeout_us), together);
         }
-        if let (Ok(()), Some(frame)) = (&sent, message) {
-            sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+        if let Some(frame) = message {
+            if sent.is_ok() {
+                sent = self.post_result(owned.core.send(id, frame, method, timeout_us));
+            }
         }
         if together {
             // Posting the message flushed the HEADERS with it, unless the message was queued
