@@ -36,11 +36,10 @@ pub struct Serializer<S, W> {
     /// [`OWNED`] while a thread owns `state`, plus [`ONE`] per item counted in `items`.
     word: AtomicUsize,
     state: UnsafeCell<S>,
-    /// Items left for the owner: a buffer under a short lock (never held but to push or pop)
-    /// that grows to the most items ever queued at once and is reused from then on, so
-    /// queueing allocates nothing in a steady state. A submitter pushes its item before it
-    /// counts it, and only the owner pops (one item per count it takes back), so the buffer
-    /// never holds fewer items than `word` counts when the owner looks.
+    /// Items left for the owner: a buffer under a short lock (never held but to push and
+    /// count an item, or to pop one and take its count back) that grows to the most items
+    /// ever queued at once and is reused from then on, so queueing allocates nothing in a
+    /// steady state. Whenever the lock is free, it holds exactly the items `word` counts.
     items: Mutex<VecDeque<W>>,
 }
 
@@ -102,16 +101,33 @@ impl<S, W> Serializer<S, W> {
     where
         F: FnMut(&mut S, W) -> Option<D> + ?Sized,
     {
+        // A step that panics lets go of the state on its way out (what it left queued runs
+        // at the next submission), rather than keeping every later item queued for ever.
+        struct LetGoOnPanic<'a>(&'a AtomicUsize);
+        impl Drop for LetGoOnPanic<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_and(!OWNED, Ordering::Release);
+            }
+        }
+        let on_panic = LetGoOnPanic(&self.word);
         // SAFETY: this thread set `OWNED` and has not cleared it: no other thread reaches
         // `state` until it does (see `Sync`), and the borrow ends with `step`.
-        self.state
-            .with_mut(|state| step(unsafe { &mut *state }, work))
+        let delivery = self
+            .state
+            .with_mut(|state| step(unsafe { &mut *state }, work));
+        std::mem::forget(on_panic);
+        delivery
     }
 
     /// Queues `work` and counts it; `true` if this thread took the state with it (nobody
     /// owned it) and must run what is queued.
     fn enqueue(&self, work: W) -> bool {
-        self.items.lock().push_back(work);
+        // Counted under the queue's lock, as the owner takes an item and its count back: the
+        // count is the queue's length whenever the lock is free, so an owner never takes an
+        // item another thread pushed but has not counted yet in place of the one counted
+        // (that item's thread could then run a later item of its own first).
+        let mut items = self.items.lock();
+        items.push_back(work);
         let mut word = self.word.load(Ordering::Relaxed);
         loop {
             match self.word.compare_exchange_weak(
@@ -139,12 +155,12 @@ impl<S, W> Serializer<S, W> {
     ) {
         loop {
             while delivery.is_none() && self.word.load(Ordering::Acquire) >= ONE {
-                let work = self
-                    .items
-                    .lock()
-                    .pop_front()
-                    .expect("a counted item is queued before it is counted");
-                self.word.fetch_sub(ONE, Ordering::AcqRel);
+                let work = {
+                    let mut items = self.items.lock();
+                    let work = items.pop_front().expect("a counted item is queued");
+                    self.word.fetch_sub(ONE, Ordering::AcqRel);
+                    work
+                };
                 delivery = self.step_owned(step, work);
             }
             // Let go, keeping the count: items counted from here on are seen below, or
@@ -179,5 +195,35 @@ impl<S, W> Serializer<S, W> {
                 Err(now) => word = now,
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::Serializer;
+
+    /// A step that panics lets go of the state: the connection's later work still runs.
+    #[test]
+    fn a_panicking_step_lets_go_of_the_state() {
+        let s = Serializer::new(Vec::<u32>::new());
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.submit(
+                1,
+                |_: &mut Vec<u32>, _| -> Option<()> { panic!("a bug in a step") },
+                |_| {},
+            )
+        }));
+        assert!(panicked.is_err());
+        let mut ran = Vec::new();
+        s.submit(
+            2,
+            |log: &mut Vec<u32>, w| {
+                log.push(w);
+                ran = log.clone();
+                None::<()>
+            },
+            |_| {},
+        );
+        assert_eq!(ran, vec![2], "the state was let go and the next item ran");
     }
 }

@@ -470,33 +470,39 @@ fn flag_waker() -> (std::task::Waker, Arc<loom::sync::atomic::AtomicBool>) {
     (waker, flag)
 }
 
+/// What ran through a serializer, as its last step left it: read without submitting, so an
+/// item left queued with nobody to run it shows as missing.
+type Ran = loom::sync::Mutex<Vec<u32>>;
+
+/// A serializer step's record of `item`: into the state (a plain cell: two owners at once
+/// would be a data race loom reports) and into `ran`.
+fn record(log: &mut Vec<u32>, item: u32, ran: &Ran) {
+    log.push(item);
+    *ran.lock().unwrap() = log.clone();
+}
+
 /// Two threads submit work to a serializer while each holds it in turn: every item runs
 /// exactly once, one at a time (the state is a plain cell), and every delivery is made.
 #[test]
 fn serializer_runs_every_item_once_and_delivers() {
     loom::model(|| {
         let s = Arc::new(Serializer::new(Vec::<u32>::new()));
-        // What ran, as the last step left it: read without submitting, so an item left
-        // queued with nobody to run it shows as missing.
-        let ran = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let ran = Arc::new(Ran::new(Vec::new()));
         let delivered = Arc::new(AtomicUsize::new(0));
-        let submit = |s: &Serializer<Vec<u32>, u32>,
-                      item: u32,
-                      ran: &loom::sync::Mutex<Vec<u32>>,
-                      delivered: &AtomicUsize| {
-            s.submit(
-                item,
-                &mut |log: &mut Vec<u32>, w: u32| {
-                    log.push(w);
-                    *ran.lock().unwrap() = log.clone();
-                    // Odd items produce a delivery.
-                    (w % 2 == 1).then_some(w)
-                },
-                &mut |_d: u32| {
-                    delivered.fetch_add(1, Ordering::SeqCst);
-                },
-            )
-        };
+        let submit =
+            |s: &Serializer<Vec<u32>, u32>, item: u32, ran: &Ran, delivered: &AtomicUsize| {
+                s.submit(
+                    item,
+                    &mut |log: &mut Vec<u32>, w: u32| {
+                        record(log, w, ran);
+                        // Odd items produce a delivery.
+                        (w % 2 == 1).then_some(w)
+                    },
+                    &mut |_d: u32| {
+                        delivered.fetch_add(1, Ordering::SeqCst);
+                    },
+                )
+            };
         let (s2, r2, d2) = (Arc::clone(&s), Arc::clone(&ran), Arc::clone(&delivered));
         let t = thread::spawn(move || {
             submit(&s2, 1, &r2, &d2);
@@ -514,18 +520,62 @@ fn serializer_runs_every_item_once_and_delivers() {
     });
 }
 
-/// A delivery submits to the serializer that produced it (a handler's reply, as the runtime
-/// does) while another thread submits: nothing is lost, and the reply runs after its request.
+/// Three threads submit at once, one of them two items: the owner that runs a queued item
+/// never takes another thread's item in place of the one it counted, so the two-item
+/// thread's items run in the order it submitted them. (A thread may push its item and be
+/// preempted before counting it: that item must not be run for somebody else's count.)
 #[test]
-fn serializer_takes_work_submitted_by_a_delivery() {
-    loom::model(|| {
-        type Ran = loom::sync::Mutex<Vec<u32>>;
+fn serializer_keeps_a_threads_order_among_three() {
+    let mut model = loom::model::Builder::new();
+    // Three threads are many for an exhaustive search: bound the preemptions (the interleaving
+    // that broke the order needs two).
+    model.preemption_bound = Some(3);
+    model.check(|| {
         fn submit(s: &Serializer<Vec<u32>, u32>, item: u32, ran: &Ran) {
             s.submit(
                 item,
                 |log: &mut Vec<u32>, w: u32| {
-                    log.push(w);
-                    *ran.lock().unwrap() = log.clone();
+                    record(log, w, ran);
+                    None::<()>
+                },
+                |_| {},
+            )
+        }
+        let s = Arc::new(Serializer::new(Vec::<u32>::new()));
+        let ran = Arc::new(Ran::new(Vec::new()));
+        let threads: Vec<_> = [vec![1, 2], vec![3], vec![4]]
+            .into_iter()
+            .map(|items| {
+                let (s, ran) = (Arc::clone(&s), Arc::clone(&ran));
+                thread::spawn(move || {
+                    for item in items {
+                        submit(&s, item, &ran);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let log = ran.lock().unwrap().clone();
+        let mut sorted = log.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![1, 2, 3, 4], "each item exactly once: {log:?}");
+        let pos = |x| log.iter().position(|&v| v == x).unwrap();
+        assert!(pos(1) < pos(2), "one thread's items in order: {log:?}");
+    });
+}
+
+/// A delivery submits to the serializer that produced it (a handler's reply, as the runtime
+/// does) while another thread submits: every item runs exactly once, the reply included.
+#[test]
+fn serializer_takes_work_submitted_by_a_delivery() {
+    loom::model(|| {
+        fn submit(s: &Serializer<Vec<u32>, u32>, item: u32, ran: &Ran) {
+            s.submit(
+                item,
+                |log: &mut Vec<u32>, w: u32| {
+                    record(log, w, ran);
                     // Item 1 is a request: its delivery answers it with item 10.
                     (w == 1).then_some(10)
                 },
@@ -542,8 +592,6 @@ fn serializer_takes_work_submitted_by_a_delivery() {
         let mut sorted = log.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, vec![1, 2, 10], "each item exactly once: {log:?}");
-        let pos = |x| log.iter().position(|&v| v == x).unwrap();
-        assert!(pos(1) < pos(10), "the reply after its request: {log:?}");
     });
 }
 
