@@ -16,7 +16,7 @@ const ONE: usize = 2;
 /// queues the item and returns, and the owner runs it before letting go. Nobody ever waits,
 /// so no thread can be blocked behind another, whatever the owner does.
 ///
-/// A step may produce a delivery `D` (completing a call, running a handler): deliveries run
+/// A step may produce a delivery `D` (waking a caller, running a handler): deliveries run
 /// after the state is let go, so other threads can work on it meanwhile, and in the order
 /// their work items ran on the submitting thread.
 ///
