@@ -16,7 +16,6 @@ use crate::park::{park, park_timeout};
 use crate::primitive::{current, Mutex};
 use crate::wake::{Waiter, Wake};
 
-/// Who to wake.
 /// What [`Inbox::push`] did with an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {

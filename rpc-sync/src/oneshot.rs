@@ -17,7 +17,6 @@ const VALUE: u8 = 0b010;
 /// A completer claimed the slot (it is writing the value): later completers give up.
 const CLAIMED: u8 = 0b100;
 
-/// Who to wake when the value arrives.
 /// What [`Oneshot::complete`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completed {
