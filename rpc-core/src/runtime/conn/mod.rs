@@ -619,7 +619,7 @@ impl Conn {
 #[cold]
 fn step_closed(work: Work) -> Option<Delivery> {
     let mut delivery = match work {
-        Work::Open(call) => Some(call.caller.fail(closed_status())),
+        Work::Open(call) => call.caller.fail(closed_status()),
         Work::Send { stream, .. } | Work::HalfClose(stream) => Some(Delivery::Ready(stream)),
         _ => None,
     };

@@ -151,7 +151,7 @@ impl Conn {
                     )),
                     other => Status::internal(format!("could not start the call: {other:?}")),
                 };
-                return Some(call.caller.fail(status));
+                return call.caller.fail(status);
             }
         };
         let OpenCall {
@@ -206,7 +206,7 @@ impl Conn {
                     }
                     other => Status::internal(format!("could not send the request: {other:?}")),
                 };
-                Some(caller.fail(status))
+                caller.fail(status)
             }
         }
     }

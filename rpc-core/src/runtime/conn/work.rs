@@ -81,13 +81,13 @@ impl Caller {
         }
     }
 
-    pub(super) fn fail(self, status: Status) -> Delivery {
+    pub(super) fn fail(self, status: Status) -> Option<Delivery> {
         match self {
-            Caller::Unary(cell) => Delivery::outcome(&cell, Err(status)).unwrap_or_default(),
-            Caller::Stream(stream) => Delivery::End {
+            Caller::Unary(cell) => Delivery::outcome(&cell, Err(status)),
+            Caller::Stream(stream) => Some(Delivery::End {
                 stream,
                 end: Err(status),
-            },
+            }),
         }
     }
 }
@@ -190,13 +190,6 @@ pub(crate) enum Delivery {
         wake: Wake,
         cancelled: bool,
     },
-}
-
-impl Default for Delivery {
-    /// Nothing to deliver.
-    fn default() -> Delivery {
-        Delivery::Batch(Vec::new())
-    }
 }
 
 impl Delivery {
