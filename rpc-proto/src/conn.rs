@@ -1499,7 +1499,7 @@ where
     /// Whether some call's deadline is watched (entries of calls that ended may still count
     /// until the next [`Connection::handle_timeout`] past them).
     pub fn has_deadlines(&self) -> bool {
-        self.timers.has_deadlines()
+        self.earliest_deadline().is_some()
     }
 
     /// The earliest deadline watched, if any: [`Connection::handle_timeout`] has no deadline

@@ -177,10 +177,6 @@ impl Timers {
         }
     }
 
-    pub(super) fn has_deadlines(&self) -> bool {
-        !self.deadlines.is_empty()
-    }
-
     /// The earliest deadline watched (its call may have ended since).
     pub(super) fn earliest_deadline(&self) -> Option<Instant> {
         self.deadlines.peek().map(|Reverse((at, _))| *at)
