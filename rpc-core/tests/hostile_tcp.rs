@@ -97,6 +97,14 @@ impl Raw {
         }
     }
 
+    /// The next call to end is `id`, with status `code` (its payload is returned: the
+    /// trailers block of an END).
+    fn assert_ends(&mut self, id: u64, code: Code) -> Vec<u8> {
+        let (ended, got, payload) = self.response();
+        assert_eq!((ended, Code::from_u32(got)), (id, code));
+        payload
+    }
+
     /// An echo call `id` of `body` is answered OK with `body`: the connection serves.
     fn assert_echoes(&mut self, id: u64, body: &[u8]) {
         self.request(id, METHODS[0].id, body.len() as u32, body);
@@ -187,19 +195,16 @@ fn hostile_peers_never_disturb_a_good_client() {
     // connection stays usable.
     let mut raw = Raw::handshake(&addr);
     raw.request(7, METHODS[0].id, u32::MAX - 1, &[0u8; 100]);
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (7, Code::ResourceExhausted));
+    raw.assert_ends(7, Code::ResourceExhausted);
 
     // Unknown method: UNIMPLEMENTED.
     raw.request(8, 0xdead_beef, 3, b"abc");
-    let (id, code, msg) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (8, Code::Unimplemented));
+    let msg = raw.assert_ends(8, Code::Unimplemented);
     assert!(!msg.is_empty(), "the status carries a message");
 
     // Undecodable protobuf: INVALID_ARGUMENT.
     raw.request(9, METHODS[0].id, 3, &[0xff, 0xff, 0xff]);
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (9, Code::InvalidArgument));
+    raw.assert_ends(9, Code::InvalidArgument);
 
     // A valid call on the same raw connection still works.
     let body = blob(b"hello");
@@ -297,14 +302,12 @@ fn a_unary_call_takes_exactly_one_request_message() {
     // Two messages: INTERNAL.
     raw.send(&frame(Kind::Message, flags::OPEN, 2, &body));
     raw.send(&frame(Kind::Message, flags::END, 2, &body));
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (2, Code::Internal));
+    raw.assert_ends(2, Code::Internal);
 
     // No message at all: INTERNAL.
     raw.send(&frame(Kind::Headers, flags::OPEN, 3, b""));
     raw.send(&frame(Kind::End, 0, 3, b""));
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (3, Code::Internal));
+    raw.assert_ends(3, Code::Internal);
 
     // And the connection still serves a well-formed call.
     raw.assert_echoes(4, &body);
@@ -325,12 +328,10 @@ fn the_server_ends_calls_past_their_deadline() {
     };
     // Metadata only, never the message nor the half-close.
     raw.send(&opening(Kind::Headers, 1, b""));
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (1, Code::DeadlineExceeded));
+    raw.assert_ends(1, Code::DeadlineExceeded);
     // The message, never the half-close.
     raw.send(&opening(Kind::Message, 2, &body));
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (2, Code::DeadlineExceeded));
+    raw.assert_ends(2, Code::DeadlineExceeded);
     // A late half-close of an ended call is discarded, and the connection still serves.
     raw.send(
         &Header {
@@ -386,8 +387,7 @@ fn a_held_request_ends_at_its_deadline() {
     let mut raw = Raw::handshake(server.local_addr());
     let body = blob(b"held");
     raw.send(&call_frame(Kind::Message, flags::OPEN, 1, 200_000, &body));
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (1, Code::DeadlineExceeded));
+    raw.assert_ends(1, Code::DeadlineExceeded);
     raw.assert_echoes(2, &body);
     server.shutdown();
 }
@@ -407,8 +407,7 @@ fn a_short_deadline_behind_a_long_one_is_kept() {
     assert_eq!((id, code, payload), (1, 0, body.clone()));
     // Then one of 200 ms whose half-close never comes: ended at its deadline.
     raw.send(&call_frame(Kind::Message, flags::OPEN, 2, 200_000, &body));
-    let (id, code, _) = raw.response();
-    assert_eq!((id, Code::from_u32(code)), (2, Code::DeadlineExceeded));
+    raw.assert_ends(2, Code::DeadlineExceeded);
     raw.assert_echoes(3, &body);
     server.shutdown();
 }
