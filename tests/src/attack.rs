@@ -419,6 +419,9 @@ pub struct Outcome {
     pub floor: usize,
     /// Peak of the sampled heap count.
     pub heap_peak: usize,
+    /// The process's RSS when the run started: what earlier runs in this process left
+    /// resident (the allocator keeps freed memory of threads that are gone).
+    pub rss_start: usize,
     /// The process's RSS peak (`VmHWM`) during the run.
     pub rss_peak: usize,
     /// The good client's calls that succeeded, of 100.
@@ -441,6 +444,7 @@ pub fn run<W: Wire + 'static>(
     let started = Instant::now();
     // The RSS peak of this run alone (Linux resets VmHWM to the current RSS on "5").
     let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let (rss_start, _) = rss();
     let peak = Peak::start(heap);
     let (report, reports) = std::sync::mpsc::channel();
     let mut closers = Vec::new();
@@ -494,6 +498,7 @@ pub fn run<W: Wire + 'static>(
         budget: server.memory().limit(),
         floor: server.memory().floor(),
         heap_peak,
+        rss_start,
         rss_peak,
         good_calls,
         took: started.elapsed(),
