@@ -129,8 +129,9 @@ interop-tcp: bins
 	scripts/interop --transport tcp --addr 127.0.0.1 --bin $(TARGET_DIR)/debug
 
 # The same cases over standard gRPC (scripts/interop-grpc): our client against our gRPC face,
-# Python's grpcio and Node's @grpc/grpc-js against it, grpcurl through its reflection, and our
-# client against grpcio's server; the stock side is installed into target/interop.
+# Python's grpcio, Node's @grpc/grpc-js and a client on the tonic crate (interop/tonic) against
+# it, grpcurl through its reflection, and our client and the tonic one against grpcio's server;
+# the stock side is installed into target/interop.
 interop-grpc: bins
 	scripts/interop-grpc --bin $(TARGET_DIR)/debug
 

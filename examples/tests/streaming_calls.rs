@@ -91,12 +91,22 @@ fn cancel_reports_cancelled(transport: TransportKind) {
     let mut call = test.full_duplex_call(()).unwrap();
     call.cancel();
     assert_eq!(call.recv().unwrap_err().code(), Code::Cancelled);
-    // Requests that never end: the server never ends the call by itself.
-    let mut responses = futures::executor::block_on(
-        test.full_duplex_call_async(stream::pending::<StreamingOutputCallRequest>()),
-    )
-    .unwrap()
-    .into_inner();
+    // Requests that never end: the server never ends the call by itself. (One is answered
+    // first: over gRPC the call is answered when its response headers come, and they come
+    // with the first response message, as stock servers send them.)
+    let one = StreamingOutputCallRequest {
+        response_parameters: vec![ResponseParameters {
+            size: 8,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let requests = stream::once(async move { one }).chain(stream::pending());
+    let mut responses = futures::executor::block_on(test.full_duplex_call_async(requests))
+        .unwrap()
+        .into_inner();
+    let first = futures::executor::block_on(responses.next());
+    assert_eq!(first.unwrap().unwrap().payload.unwrap().body.len(), 8);
     responses.cancel();
     let next = futures::executor::block_on(responses.next());
     assert_eq!(next.unwrap().unwrap_err().code(), Code::Cancelled);

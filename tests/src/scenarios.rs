@@ -55,6 +55,22 @@ impl Torture for TortureService {
         let copies = vec![Ok(request.into_inner()); 3];
         Ok(Response::new(futures::stream::iter(copies)))
     }
+
+    type RefuseStream = futures::stream::Iter<std::vec::IntoIter<Result<Payload, Status>>>;
+
+    async fn refuse(
+        &self,
+        request: Request<FailRequest>,
+    ) -> Result<Response<Self::RefuseStream>, Status> {
+        let r = request.into_inner();
+        let refusal = vec![Err(Status::new(Code::from_u32(r.code), r.message))];
+        let mut response = Response::new(futures::stream::iter(refusal));
+        response
+            .metadata_mut()
+            .insert("x-refused-by", "torture")
+            .expect("valid metadata");
+        Ok(response)
+    }
 }
 
 /// Ring used by the scenarios: small slots so segmentation is exercised.

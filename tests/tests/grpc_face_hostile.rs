@@ -11,7 +11,7 @@ use prost::Message;
 use rpc_core::{Server, TransportKind};
 use rpc_tests::scenarios::{payload, TortureService, RING};
 use rpc_tests::testing::torture_server::TortureServer;
-use rpc_tests::testing::SleepRequest;
+use rpc_tests::testing::{FailRequest, SleepRequest};
 
 /// What came back: the HTTP status, the headers, the body bytes, the trailers.
 struct Answer {
@@ -85,10 +85,9 @@ fn raw_call(addr: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> 
 }
 
 const GRPC: (&str, &str) = ("content-type", "application/grpc");
-const ECHO: &str = "/testing.Torture/Echo";
 
-#[test]
-fn malformed_requests_get_clear_errors_and_the_face_keeps_serving() {
+/// A Torture server with its gRPC face, and the face's address.
+fn face() -> (Server, String) {
     let server = Server::builder()
         .ring(RING)
         .add_service(TortureServer::new(TortureService::default()))
@@ -96,6 +95,13 @@ fn malformed_requests_get_clear_errors_and_the_face_keeps_serving() {
         .serve("127.0.0.1:0", TransportKind::Tcp)
         .unwrap();
     let addr = server.grpc_local_addr().unwrap().to_string();
+    (server, addr)
+}
+const ECHO: &str = "/testing.Torture/Echo";
+
+#[test]
+fn malformed_requests_get_clear_errors_and_the_face_keeps_serving() {
+    let (_server, addr) = face();
     let good = framed(&payload(1, 10));
 
     // Not gRPC at all.
@@ -165,4 +171,74 @@ fn malformed_requests_get_clear_errors_and_the_face_keeps_serving() {
     let answer = raw_call(&addr, ECHO, &[GRPC, ("te", "trailers")], good.clone());
     assert_eq!(answer.grpc_status(), Some(0), "{}", answer.grpc_message());
     assert_eq!(&answer.body[..], &good[..]);
+}
+
+/// A call that ends before its first message is answered Trailers-Only, as stock servers
+/// answer it: one HEADERS frame with the status (and the handler's response metadata),
+/// no body, no trailers. Clients built on tonic report only that as the call's failure;
+/// headers followed by trailers would be a call that succeeded and a stream that failed.
+/// A call with a message gets its headers with the message, and its status as trailers.
+#[test]
+fn a_call_that_ends_before_its_first_message_is_answered_trailers_only() {
+    let (_server, addr) = face();
+
+    let refusal = framed(&FailRequest {
+        code: 9,
+        message: "not now".into(),
+    });
+    let answer = raw_call(&addr, "/testing.Torture/Refuse", &[GRPC], refusal);
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer
+            .headers
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap()),
+        Some("9")
+    );
+    assert_eq!(answer.headers["grpc-message"], "not now");
+    assert_eq!(
+        answer.headers["x-refused-by"], "torture",
+        "the response metadata too"
+    );
+    assert!(answer.body.is_empty(), "no body: {:?}", answer.body);
+    assert!(
+        answer.trailers.is_empty(),
+        "no trailers: {:?}",
+        answer.trailers
+    );
+
+    // A unary failure, the same.
+    let failure = framed(&FailRequest {
+        code: 7,
+        message: "denied".into(),
+    });
+    let answer = raw_call(&addr, "/testing.Torture/Fail", &[GRPC], failure);
+    assert_eq!(
+        answer
+            .headers
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap()),
+        Some("7")
+    );
+    assert!(answer.trailers.is_empty() && answer.body.is_empty());
+
+    // A stream with messages: headers without a status, the messages, then trailers.
+    let good = payload(5, 10);
+    let answer = raw_call(&addr, "/testing.Torture/Watch", &[GRPC], framed(&good));
+    assert!(
+        answer.headers.get("grpc-status").is_none(),
+        "{:?}",
+        answer.headers
+    );
+    assert_eq!(
+        &answer.body[..],
+        &[framed(&good), framed(&good), framed(&good)].concat()[..]
+    );
+    assert_eq!(
+        answer
+            .trailers
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap()),
+        Some("0")
+    );
 }

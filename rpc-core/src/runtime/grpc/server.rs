@@ -313,39 +313,54 @@ async fn serve_call(
         },
     );
     let mut expiry = deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into())));
-    let first = poll_fn(|cx| {
-        if let Poll::Ready(item) = call.out.poll_recv(cx) {
-            return Poll::Ready(Some(item));
-        }
-        match expiry.as_mut().map(|e| e.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(None),
-            _ => Poll::Pending,
-        }
-    })
-    .await;
-    let (headers, peeked) = match first {
-        Some(Some(Outbound::Headers(headers))) => (headers, None),
-        Some(Some(Outbound::Message(message))) => (MetadataMap::new(), Some(message)),
-        Some(Some(Outbound::End(status))) => {
-            guard.finish();
-            return trailers_only(status);
-        }
-        Some(None) => {
-            guard.finish();
-            return trailers_only(Status::internal("the call ended without a status"));
-        }
-        None => {
-            guard.expire();
-            return trailers_only(deadline_exceeded());
+    // The response headers wait for the first message, as stock servers' do: a call that
+    // ends without one is answered Trailers-Only (its headers' metadata beside the status),
+    // which clients report as the call's failure rather than as their stream's.
+    let mut headers = None;
+    let peeked = loop {
+        let next = poll_fn(|cx| {
+            if let Poll::Ready(item) = call.out.poll_recv(cx) {
+                return Poll::Ready(Some(item));
+            }
+            match expiry.as_mut().map(|e| e.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(None),
+                _ => Poll::Pending,
+            }
+        })
+        .await;
+        match next {
+            // Later ones are dropped (`GrpcCall::headers` lets one through).
+            Some(Some(Outbound::Headers(sent))) => {
+                headers.get_or_insert(sent);
+            }
+            Some(Some(Outbound::Message(message))) => break message,
+            Some(Some(Outbound::End(status))) => {
+                guard.finish();
+                let mut response = trailers_only(status);
+                if let Some(headers) = headers {
+                    metadata_to_headers(&headers, response.headers_mut());
+                }
+                return response;
+            }
+            Some(None) => {
+                guard.finish();
+                return trailers_only(Status::internal("the call ended without a status"));
+            }
+            None => {
+                guard.expire();
+                return trailers_only(deadline_exceeded());
+            }
         }
     };
     let mut response = http::Response::new(FaceBody {
         call: guard.0.take(),
         expiry,
-        peeked,
+        peeked: Some(peeked),
     });
     grpc_headers(response.headers_mut());
-    metadata_to_headers(&headers, response.headers_mut());
+    if let Some(headers) = headers {
+        metadata_to_headers(&headers, response.headers_mut());
+    }
     response
 }
 
