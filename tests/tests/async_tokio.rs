@@ -1,6 +1,7 @@
 //! Handlers written for tokio (`tokio::time::sleep`, tokio-timed streams), served by a
 //! server whose threads run inside a tokio runtime's context through
-//! `ServerBuilder::thread_context`, and called from tokio. This is how a tokio application
+//! `ServerBuilder::thread_context` or by being started inside the runtime, and called from
+//! tokio. This is how a tokio application
 //! uses rpc-core: the runtime stays the application's; the server only enters its context.
 
 use std::sync::Arc;
@@ -214,6 +215,41 @@ fn without_thread_context_tokio_timers_fail_internal() {
             assert_eq!((census.finished(), census.dropped()), (0, 1));
             drop(client);
             server.shutdown();
+        },
+    );
+}
+
+/// A server started inside a tokio runtime (here: in `block_on`, as a `#[tokio::main]`
+/// program starts one) enters that runtime on its threads without `thread_context`, as a
+/// tonic server runs its handlers on the surrounding runtime: tokio timers work in
+/// handlers on the pool and inline. (The test above is the control: the same server built
+/// outside any runtime fails them INTERNAL.)
+#[test]
+fn a_server_started_inside_a_tokio_runtime_enters_it_by_itself() {
+    with_watchdog(
+        "tokio handlers, surrounding runtime",
+        Duration::from_secs(60),
+        || {
+            let runtime = runtime();
+            let census = Census::new();
+            for nap in [Execution::WorkerPool, Execution::Inline] {
+                let server = runtime.block_on(async {
+                    Server::builder()
+                        .workers(2)
+                        .add_service(RaceServer::new(TokioRace {
+                            census: Arc::clone(&census),
+                        }))
+                        .method_execution("/testing.Race/Nap", nap)
+                        .serve("127.0.0.1:0", T)
+                        .expect("a server starts")
+                });
+                let client = connect(&server);
+                naps_and_a_stream_complete(&runtime, &client);
+                drop(client);
+                server.shutdown();
+            }
+            census.wait_until_idle(SETTLE);
+            assert_eq!((census.finished(), census.dropped()), (2 * 502, 0));
         },
     );
 }

@@ -156,10 +156,12 @@ impl ServerBuilder {
     /// where `Execution::Inline` handlers run; not the gRPC face's, which run inside its
     /// tokio runtime): `context` gets the thread's loop and must run it, typically inside an
     /// async runtime's context, so that handlers can use that runtime's timers and sockets
-    /// wherever they are polled. With tokio:
+    /// wherever they are polled. A server started inside a tokio runtime enters that one
+    /// without being told; for another runtime, or another tokio runtime than the
+    /// surrounding one:
     ///
     /// ```ignore
-    /// let handle = tokio::runtime::Handle::current();
+    /// let handle = other_runtime.handle().clone();
     /// Server::builder().thread_context(move |run| {
     ///     let _entered = handle.enter();
     ///     run()
@@ -286,8 +288,14 @@ impl ServerBuilder {
     }
 
     /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool.
+    /// Built inside a tokio runtime without a [`ServerBuilder::thread_context`], the
+    /// server's threads enter that runtime, so handlers may use its timers and sockets as
+    /// they would in tonic.
     pub fn serve(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
         self.ring.validate()?;
+        if self.thread_context.is_none() {
+            self.thread_context = surrounding_tokio_runtime();
+        }
         let mut stopping = None;
         if self.standard_services {
             let own: Vec<Arc<dyn Service>> =
@@ -534,4 +542,13 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown_inner(Duration::from_secs(5));
     }
+}
+
+/// The thread context that enters the tokio runtime this thread runs in, if any.
+fn surrounding_tokio_runtime() -> Option<ThreadContext> {
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    Some(Arc::new(move |run: &mut dyn FnMut()| {
+        let _entered = handle.enter();
+        run()
+    }))
 }
