@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rpc_core::{Client, TransportKind};
 
 use crate::cli::IdleArgs;
-use crate::echo::echo_client::EchoClient;
+use crate::echo::echo_client::blocking::EchoClient;
 use crate::echo::EchoRequest;
 use crate::payload::Payload;
 

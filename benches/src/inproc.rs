@@ -24,7 +24,7 @@ use std::time::Duration;
 use rpc_core::{Client, Execution, TransportKind};
 
 use crate::cli::InprocArgs;
-use crate::echo::echo_client::EchoClient;
+use crate::echo::echo_client::blocking::EchoClient;
 use crate::echo::echo_server::EchoServer;
 use crate::echo::EchoRequest;
 use crate::payload::Payload;

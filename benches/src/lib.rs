@@ -67,7 +67,8 @@ pub mod stream;
 pub mod tcp_idle;
 pub mod verbs_conns;
 
-/// The `echo` package as rpc-codegen generates it: messages, `echo_client::EchoClient` and
+/// The `echo` package as rpc-codegen generates it: messages, `echo_client::EchoClient` (and its
+/// `blocking` form) and
 /// `echo_server::{Echo, EchoServer}` for rpc-core.
 pub mod echo {
     include!(concat!(env!("OUT_DIR"), "/ours/echo.rs"));

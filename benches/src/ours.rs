@@ -28,7 +28,7 @@ use rpc_core::{
     Client, Error, Execution, Request, Response, ResponseFuture, Server, Status, TransportKind,
 };
 
-use crate::echo::echo_client::EchoClient;
+use crate::echo::echo_client::{self, blocking::EchoClient};
 use crate::echo::echo_server::{Echo, EchoServer};
 use crate::echo::{EchoRepeatRequest, EchoReply, EchoRequest};
 use crate::payload::Payload;
@@ -304,12 +304,13 @@ fn windowed_calls(
     let mut window: VecDeque<(u64, Instant, ResponseFuture<EchoReply>)> =
         VecDeque::with_capacity(outstanding);
     let mut next = first;
+    let futures = echo_client::EchoClient::from(echo.clone());
     let issue = |seq: u64| {
         let request = EchoRequest {
             payload: payload.request(seq),
         };
         let start = Instant::now();
-        (seq, start, echo.echo_async(request))
+        (seq, start, futures.echo(request))
     };
     while next < end && window.len() < outstanding {
         window.push_back(issue(next));

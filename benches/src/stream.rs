@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rpc_core::{Client, Request, Response, TransportKind};
 
-use crate::echo::echo_client::EchoClient;
+use crate::echo::echo_client::blocking::EchoClient;
 use crate::echo::EchoRepeatRequest;
 use crate::payload::Payload;
 use crate::report::json_escape;

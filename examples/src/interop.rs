@@ -37,9 +37,9 @@ use futures::stream::{self, BoxStream, StreamExt};
 use futures::FutureExt;
 use rpc_core::{Code, MetadataMap, Request, Response, Status, Streaming};
 
-use crate::grpc_testing::test_service_client::TestServiceClient;
+use crate::grpc_testing::test_service_client::{self, blocking::TestServiceClient};
 use crate::grpc_testing::test_service_server::TestService;
-use crate::grpc_testing::unimplemented_service_client::UnimplementedServiceClient;
+use crate::grpc_testing::unimplemented_service_client::blocking::UnimplementedServiceClient;
 use crate::grpc_testing::{
     BoolValue, EchoStatus, Empty, Payload, PayloadType, ResponseParameters, SimpleRequest,
     SimpleResponse, StreamingInputCallRequest, StreamingInputCallResponse,
@@ -1066,7 +1066,8 @@ impl CaseRun<'_> {
         // A request stream that never yields: nothing is sent before the cancel.
         let requests =
             Request::new(stream::pending::<StreamingInputCallRequest>()).with_timeout(self.left()?);
-        let mut call = Box::pin(self.test.streaming_input_call_async(requests));
+        let test = test_service_client::TestServiceClient::from(self.test.clone());
+        let mut call = Box::pin(test.streaming_input_call(requests));
         // The first poll opens the call (the server sees it start) and finds no response.
         if let Some(outcome) = call.as_mut().now_or_never() {
             return Err(match outcome {
@@ -1210,10 +1211,10 @@ impl CaseRun<'_> {
         // The async form: its response carries the headers (the blocking handle's does not).
         let requests = stream::iter([streaming_request(&[314_159], Some(271_828), None)]);
         let request = self.with_echo_metadata(requests)?;
+        let test = test_service_client::TestServiceClient::from(self.test.clone());
         block_on(async {
-            let response = self
-                .test
-                .full_duplex_call_async(request)
+            let response = test
+                .full_duplex_call(request)
                 .await
                 .map_err(failed("FullDuplexCall"))?;
             let (headers, mut responses, _) = response.into_parts();

@@ -38,7 +38,7 @@
 //! `<service>_server` module with the trait to implement and the server wrapper.
 //!
 //! ```no_run
-//! use rpc_examples::calc::{calculator_client::CalculatorClient, AddRequest, SumRequest};
+//! use rpc_examples::calc::{calculator_client::blocking::CalculatorClient, AddRequest, SumRequest};
 //! use rpc_examples::calc::calculator_server::CalculatorServer;
 //! use rpc_examples::services::CalculatorService;
 //!

@@ -10,10 +10,10 @@ use rpc_core::codegen::Code;
 use rpc_core::protocol::v2::HELLO_LEN;
 use rpc_core::protocol::{Header, Hello, Kind, HEADER_LEN};
 use rpc_core::{RingConfig, TransportKind};
-use rpc_examples::calc::calculator_client::CalculatorClient;
+use rpc_examples::calc::calculator_client::blocking::CalculatorClient;
 use rpc_examples::calc::calculator_server::CalculatorServer;
 use rpc_examples::calc::{DivideRequest, EvaluateRequest, MultiplyRequest, SumRequest};
-use rpc_examples::echo::echo_client::EchoClient;
+use rpc_examples::echo::echo_client::blocking::EchoClient;
 use rpc_examples::echo::echo_server::EchoServer;
 use rpc_examples::echo::{EchoRepeatRequest, EchoReply, EchoRequest};
 use rpc_examples::services::{CalculatorService, EchoService};
@@ -75,9 +75,11 @@ fn calculator_service_over_tcp() {
         SumRequest { value: 1 },
     ]);
     assert_eq!(overflow.unwrap_err().code(), Code::OutOfRange);
-    let sum = futures::executor::block_on(calc.sum_async(futures::stream::iter(
-        (1..=10).map(|value| SumRequest { value }),
-    )))
+    let sum = futures::executor::block_on(
+        rpc_examples::calc::calculator_client::CalculatorClient::from(calc.clone()).sum(
+            futures::stream::iter((1..=10).map(|value| SumRequest { value })),
+        ),
+    )
     .expect("sum_async")
     .into_inner();
     assert_eq!(sum.total, 55);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, BoxStream, StreamExt};
 use rpc_core::{Request, Response, Status, Streaming, TransportKind};
-use rpc_examples::grpc_testing::test_service_client::TestServiceClient;
+use rpc_examples::grpc_testing::test_service_client::blocking::TestServiceClient;
 use rpc_examples::grpc_testing::test_service_server::{TestService, TestServiceServer};
 use rpc_examples::grpc_testing::unimplemented_service_server::{
     UnimplementedService, UnimplementedServiceServer,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{stream, StreamExt};
 use rpc_core::{Code, Request, Server, TransportKind};
-use rpc_examples::grpc_testing::test_service_client::TestServiceClient;
+use rpc_examples::grpc_testing::test_service_client::blocking::TestServiceClient;
 use rpc_examples::grpc_testing::test_service_server::TestServiceServer;
 use rpc_examples::grpc_testing::{Empty, Payload, ResponseParameters, StreamingOutputCallRequest};
 use rpc_examples::interop::TestServiceImpl;
@@ -46,9 +46,12 @@ fn big_requests() -> impl futures::Stream<Item = StreamingOutputCallRequest> {
 fn blocking_reads_pull_the_requests(transport: TransportKind) {
     let (_server, test) = setup(transport);
     let request = Request::new(big_requests()).with_timeout(Duration::from_secs(20));
-    let responses = futures::executor::block_on(test.full_duplex_call_async(request))
-        .unwrap()
-        .into_inner();
+    let responses = futures::executor::block_on(
+        rpc_examples::grpc_testing::test_service_client::TestServiceClient::from(test.clone())
+            .full_duplex_call(request),
+    )
+    .unwrap()
+    .into_inner();
     let sizes: Vec<usize> = responses
         .into_blocking_iter()
         .map(|r| r.unwrap().payload.unwrap().body.len())
@@ -102,9 +105,12 @@ fn cancel_reports_cancelled(transport: TransportKind) {
         ..Default::default()
     };
     let requests = stream::once(async move { one }).chain(stream::pending());
-    let mut responses = futures::executor::block_on(test.full_duplex_call_async(requests))
-        .unwrap()
-        .into_inner();
+    let mut responses = futures::executor::block_on(
+        rpc_examples::grpc_testing::test_service_client::TestServiceClient::from(test.clone())
+            .full_duplex_call(requests),
+    )
+    .unwrap()
+    .into_inner();
     let first = futures::executor::block_on(responses.next());
     assert_eq!(first.unwrap().unwrap().payload.unwrap().body.len(), 8);
     responses.cancel();

@@ -61,13 +61,18 @@
 //! `prost_config(|c| { c.include_file("protos.rs"); })` writes a file that does exactly that.
 //! Next to the messages, `service Calculator` gives:
 //!
-//! * `calculator_client::CalculatorClient`: `new(rpc_core::Client)`, `connect(addr)`, and per
-//!   method a blocking function and an `_async` one, whatever the method's kind. Unary `add`:
-//!   `add(req) -> Result<Response<AddReply>, Status>` and `add_async(req)`, a
-//!   `ResponseFuture`. Server streaming: `Response<Streaming<Resp>>` from both. Client
-//!   streaming: `sum(requests)` takes anything iterable, `sum_async` a `Stream`. Bidirectional:
-//!   `running_total(())` returns a `StreamingCall` (send, close, receive), `running_total_async`
-//!   takes a `Stream` and returns `Response<Streaming<Resp>>`.
+//! * `calculator_client::CalculatorClient`, tonic's shape: `new(rpc_core::Client)`,
+//!   `connect(dst).await` (tonic's `http://host:port`, or `tcp://`, `verbs://`, `grpc://`), and
+//!   per method an async function under its name. Unary `add(req)`: a `ResponseFuture` of
+//!   `Result<Response<AddReply>, Status>` (`.await`, or `.wait()` to block). Server streaming:
+//!   `Response<Streaming<Resp>>`. Client streaming: `sum(stream)` takes a `Stream` (or a
+//!   `Request` of one). Bidirectional: `running_total(stream)` takes a `Stream` and returns
+//!   `Response<Streaming<Resp>>`. The streaming futures hold a clone of the connection, not a
+//!   borrow of the client.
+//! * `calculator_client::blocking::CalculatorClient`: the same methods blocking. Unary
+//!   `add(req) -> Result<Response<AddReply>, Status>`; client streaming `sum(requests)` takes
+//!   anything iterable; bidirectional `running_total(())` returns a `StreamingCall` (send,
+//!   close, receive). `From` turns either client into the other on the same connection.
 //! * `calculator_server::Calculator`: the trait with one handler per method, tonic's shapes:
 //!   `async fn add(&self, Request<AddRequest>) -> Result<Response<AddReply>, Status>`, a
 //!   `Request<Streaming<Req>>` for streamed requests, and for streamed responses an associated

@@ -99,8 +99,6 @@ pub struct Method {
     pub proto_name: String,
     /// The Rust function name, escaped (`get_value`, `r#match`, `self_`).
     pub rust_name: String,
-    /// The client's async variant (`get_value_async`).
-    pub async_name: String,
     /// The gRPC path (`/calc.Calculator/GetValue`).
     pub path: String,
     /// Request type (see [`MethodSpec::input_type`]).
@@ -248,11 +246,8 @@ fn resolve_methods(full_service_name: &str, specs: Vec<MethodSpec>) -> Vec<Metho
             let mut base = natural.clone();
             let mut n = 1u32;
             loop {
-                let sync = unraw(&escape_ident(&base)).to_owned();
-                let async_ = async_name(&base);
-                if !taken.contains(&sync) && !taken.contains(&async_) {
-                    taken.insert(sync);
-                    taken.insert(async_);
+                let name = unraw(&escape_ident(&base)).to_owned();
+                if taken.insert(name) {
                     break;
                 }
                 n += 1;
@@ -261,15 +256,13 @@ fn resolve_methods(full_service_name: &str, specs: Vec<MethodSpec>) -> Vec<Metho
             let rust_name = escape_ident(&base);
             let rename_note = (n > 1).then(|| {
                 format!(
-                    "Named `{}` because `{}` or `{}` is already taken in this service.",
+                    "Named `{}` because `{}` is already taken in this service.",
                     unraw(&rust_name),
                     unraw(&escape_ident(&natural)),
-                    async_name(&natural),
                 )
             });
             Method {
                 path: format!("/{full_service_name}/{}", spec.proto_name),
-                async_name: async_name(&base),
                 rust_name,
                 kind: MethodKind::from_flags(spec.client_streaming, spec.server_streaming),
                 proto_name: spec.proto_name,
@@ -282,17 +275,6 @@ fn resolve_methods(full_service_name: &str, specs: Vec<MethodSpec>) -> Vec<Metho
             }
         })
         .collect()
-}
-
-/// The async variant of a (snake-case, unescaped) method name: `add` → `add_async`,
-/// `match` → `match_async`. A leading digit gets an underscore.
-fn async_name(base: &str) -> String {
-    let name = format!("{base}_async");
-    if name.starts_with(|c: char| c.is_ascii_digit()) {
-        format!("_{name}")
-    } else {
-        name
-    }
 }
 
 /// `snake_case` the way prost-build converts names (`GetValue` → `get_value`, `HTTPCall` →
@@ -509,7 +491,6 @@ mod tests {
         assert_eq!(s.rename_note, None);
         let m = &s.methods[1];
         assert_eq!(m.rust_name, "get_value");
-        assert_eq!(m.async_name, "get_value_async");
         assert_eq!(m.path, "/calc.Calculator/GetValue");
         assert_eq!(m.kind, MethodKind::Unary);
         assert_eq!(m.rename_note, None);
@@ -538,41 +519,22 @@ mod tests {
             names,
             ["r#match", "r#type", "self_", "super_", "crate_", "r#async"]
         );
-        let asyncs: Vec<_> = s.methods.iter().map(|m| m.async_name.as_str()).collect();
-        assert_eq!(
-            asyncs,
-            [
-                "match_async",
-                "type_async",
-                "self_async",
-                "super_async",
-                "crate_async",
-                "async_async"
-            ]
-        );
         let t = service("k", "type", &[]);
         assert_eq!(t.trait_name, "Type");
         assert_eq!(t.client_mod, "type_client");
     }
 
     #[test]
-    fn async_collision_renames_the_later_method() {
+    fn names_that_once_collided_with_async_variants_are_kept() {
+        // The async client has the plain names (as tonic's): `FooAsync` is `foo_async`,
+        // beside `foo`, in either order.
         let s = service("p", "S", &["Foo", "FooAsync"]);
-        assert_eq!(s.methods[0].rust_name, "foo");
-        assert_eq!(s.methods[0].async_name, "foo_async");
-        assert_eq!(s.methods[1].rust_name, "foo_async_2");
-        assert_eq!(s.methods[1].async_name, "foo_async_2_async");
-        assert!(s.methods[1]
-            .rename_note
-            .as_deref()
-            .unwrap()
-            .contains("foo_async"));
-
-        // The other order: the later `Foo` loses its `foo_async`.
+        let names: Vec<_> = s.methods.iter().map(|m| m.rust_name.as_str()).collect();
+        assert_eq!(names, ["foo", "foo_async"]);
+        assert!(s.methods.iter().all(|m| m.rename_note.is_none()));
         let s = service("p", "S", &["FooAsync", "Foo"]);
-        assert_eq!(s.methods[0].rust_name, "foo_async");
-        assert_eq!(s.methods[1].rust_name, "foo_2");
-        assert_eq!(s.methods[1].async_name, "foo_2_async");
+        let names: Vec<_> = s.methods.iter().map(|m| m.rust_name.as_str()).collect();
+        assert_eq!(names, ["foo_async", "foo"]);
     }
 
     #[test]
@@ -599,17 +561,16 @@ mod tests {
         let mut all = HashSet::new();
         for m in &s.methods {
             assert!(all.insert(unraw(&m.rust_name).to_owned()));
-            assert!(all.insert(m.async_name.clone()));
         }
     }
 
     #[test]
     fn keyword_collision_uses_unescaped_form() {
-        // `Match` → `r#match`; `match_` is a different name; `MatchAsync` collides with
-        // `match_async`.
-        let s = service("p", "S", &["Match", "MatchAsync"]);
+        // `Match` → `r#match`, which is taken as `match`: a later `match` (escaped the
+        // same) is renamed.
+        let s = service("p", "S", &["Match", "match"]);
         assert_eq!(s.methods[0].rust_name, "r#match");
-        assert_eq!(s.methods[1].rust_name, "match_async_2");
+        assert_eq!(s.methods[1].rust_name, "match_2");
     }
 
     #[test]

@@ -90,16 +90,18 @@ fn names_and_collisions() {
         "pub trait Keywords: ::core::marker::Send + ::core::marker::Sync + 'static",
         "pub struct KeywordsServer<T>",
         "pub fn r#match(",
-        "pub fn match_async(",
         "pub fn self_(",
-        "pub fn self_async(",
-        "pub fn foo_async_2(",
+        // The async client has the plain names: `FooAsync` keeps `foo_async`.
+        "pub fn foo_async(",
         "pub fn get_x_3(",
         "pub fn new_2(",
         "pub fn lower_camel(",
         // Relative paths get one more `super::`, cross-package ones too.
         "IntoRequest<super::Result>",
         "IntoRequest<super::super::other::Msg>",
+        // The blocking client, one module deeper, one more.
+        "IntoRequest<super::super::Result>",
+        "IntoRequest<super::super::super::other::Msg>",
         "ResponseFuture<()>",
         "IntoRequest<super::outer::Middle>",
         "Response<super::outer::middle::Inner>",

@@ -34,7 +34,7 @@
 //! ```ignore
 //! pub mod echo { rpc_core::include_proto!("echo"); }
 //! use echo::echo_server::{Echo, EchoServer};
-//! use echo::{echo_client::EchoClient, EchoRepeatRequest, EchoReply, EchoRequest};
+//! use echo::{echo_client::blocking::EchoClient, EchoRepeatRequest, EchoReply, EchoRequest};
 //! use futures::stream::{self, BoxStream, StreamExt};
 //! use rpc_core::{Request, Response, Server, Status, TransportKind};
 //!
@@ -61,8 +61,9 @@
 //! let server = Server::builder()
 //!     .add_service(EchoServer::new(MyEcho))
 //!     .serve("127.0.0.1:50051", TransportKind::Auto)?;
+//! // The blocking client; `echo_client::EchoClient` is the async one, tonic's shape
+//! // (`EchoClient::connect("http://127.0.0.1:50051").await?`, `client.echo(req).await?`).
 //! let client = EchoClient::connect("127.0.0.1:50051")?;
-//! // Blocking; `echo_async` returns a future for any executor.
 //! let reply = client.echo(EchoRequest { payload: b"hi".to_vec() })?;
 //! assert_eq!(reply.into_inner().payload, b"hi");
 //! // Server streaming: the responses as a blocking iterator (or `message().await`).

@@ -10,8 +10,8 @@
 //!   `rpc-codegen` embeds in the generated code), so tools such as grpcurl list, describe
 //!   and call the services without the `.proto` files.
 //!
-//! The generated modules are public: [`health::health_client::HealthClient`] checks another
-//! server's health.
+//! The generated modules are public: [`health::health_client::HealthClient`] (async) and its
+//! `blocking` form check another server's health.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

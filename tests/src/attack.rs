@@ -17,7 +17,7 @@ use rpc_core::transport::{Completion, CompletionQueue, Link};
 use rpc_core::{Code, RingConfig, Server, TransportKind};
 
 use crate::scenarios::payload;
-use crate::testing::torture_client::TortureClient;
+use crate::testing::torture_client::blocking::TortureClient;
 
 /// Calls each attacking connection opens: the server's default `max_calls`.
 pub const CALLS: u64 = 128;

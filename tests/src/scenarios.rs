@@ -10,7 +10,7 @@ use rpc_core::{
     Client, Code, Request, Response, RingConfig, Server, SharedRings, Status, TransportKind,
 };
 
-use crate::testing::torture_client::TortureClient;
+use crate::testing::torture_client::{self, blocking::TortureClient};
 use crate::testing::torture_server::{Torture, TortureServer};
 use crate::testing::{FailRequest, Nothing, Payload, SleepRequest};
 
@@ -117,14 +117,14 @@ pub fn payload(id: u64, len: usize) -> Payload {
 pub fn concurrent_calls(client: &TortureClient, threads: usize, window: usize, per_thread: usize) {
     std::thread::scope(|s| {
         for t in 0..threads {
-            let client = client.clone();
+            let client = torture_client::TortureClient::from(client.clone());
             s.spawn(move || {
                 let mut in_flight = std::collections::VecDeque::new();
                 for i in 0..per_thread {
                     let id = (t * per_thread + i) as u64;
                     // Sizes from 0 to beyond one slot, so some calls are segmented.
                     let req = payload(id, (id as usize * 37) % 6000);
-                    in_flight.push_back((req.clone(), client.echo_async(req)));
+                    in_flight.push_back((req.clone(), client.echo(req)));
                     if in_flight.len() == window {
                         let (req, fut) = in_flight.pop_front().unwrap();
                         assert_eq!(fut.wait().expect("echo call").into_inner(), req);
@@ -245,9 +245,10 @@ pub fn statuses(client: &TortureClient) {
 
 /// Stopping the server while calls are outstanding fails them with UNAVAILABLE, never a hang.
 pub fn server_stopped_mid_run(server: Server, client: &TortureClient) {
+    let futures = torture_client::TortureClient::from(client.clone());
     let slow: Vec<_> = (0..4)
         .map(|_| {
-            client.sleep_async(SleepRequest {
+            futures.sleep(SleepRequest {
                 millis: 2000,
                 micros: 0,
             })

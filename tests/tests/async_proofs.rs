@@ -18,9 +18,9 @@ use futures::future::{FutureExt, Shared};
 use rpc_core::{Client, Request, Response, RingConfig, Server, Status, TransportKind};
 use rpc_tests::race::{Census, RaceService};
 use rpc_tests::scenarios::with_watchdog;
-use rpc_tests::testing::gate_client::GateClient;
+use rpc_tests::testing::gate_client::blocking::GateClient;
 use rpc_tests::testing::gate_server::{Gate, GateServer};
-use rpc_tests::testing::race_client::RaceClient;
+use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
 use rpc_tests::testing::{SleepRequest, Ticket};
 
@@ -93,7 +93,9 @@ impl Gate for GateService {
                 "this server forwards to no one",
             ));
         };
-        let answer = downstream.hold_async(request.into_inner()).await?;
+        let answer = rpc_tests::testing::gate_client::GateClient::from(downstream.clone())
+            .hold(request.into_inner())
+            .await?;
         Ok(Response::new(answer.into_inner()))
     }
 }
@@ -137,7 +139,10 @@ fn a_handler_awaiting_a_call_to_a_second_server_leaves_the_only_worker_free() {
 
             const RELAYS: u64 = 32;
             let relays: Vec<_> = (0..RELAYS)
-                .map(|id| client.relay_async(Ticket { id }))
+                .map(|id| {
+                    rpc_tests::testing::gate_client::GateClient::from(client.clone())
+                        .relay(Ticket { id })
+                })
                 .collect();
             while shared.holding.load(Ordering::SeqCst) < RELAYS {
                 std::thread::sleep(Duration::from_millis(1));
@@ -309,7 +314,12 @@ fn ten_thousand_concurrent_calls_awaiting_timers_need_fewer_than_50_server_threa
                 micros: 0,
             };
             let calls: Vec<_> = (0..CALLS)
-                .map(|i| clients[i % CONNECTIONS].nap_async(nap))
+                .map(|i| {
+                    rpc_tests::testing::race_client::RaceClient::from(
+                        clients[i % CONNECTIONS].clone(),
+                    )
+                    .nap(nap)
+                })
                 .collect();
             let results = futures::executor::block_on(futures::future::join_all(calls));
             sampling.store(false, Ordering::SeqCst);

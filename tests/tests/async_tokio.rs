@@ -11,7 +11,7 @@ use futures::stream::BoxStream;
 use rpc_core::{Client, Code, Execution, Request, Response, Server, Status, TransportKind};
 use rpc_tests::race::{nap_of, Alive, Census};
 use rpc_tests::scenarios::{payload, with_watchdog};
-use rpc_tests::testing::race_client::RaceClient;
+use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::{Race, RaceServer};
 use rpc_tests::testing::{FloodRequest, Nothing, Payload, SleepRequest};
 
@@ -105,15 +105,16 @@ fn naps_and_a_stream_complete(runtime: &tokio::runtime::Runtime, client: &RaceCl
     runtime.block_on(async {
         // One first: if handlers cannot create tokio timers, one failure says so (instead of
         // 500 handler panics in the log).
-        let first = client.nap_async(SleepRequest {
-            millis: 1,
-            micros: 0,
-        });
+        let first =
+            rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(SleepRequest {
+                millis: 1,
+                micros: 0,
+            });
         if let Err(status) = first.await {
             panic!("a nap on a tokio timer: {status}");
         }
         let naps = (0..500u32).map(|i| {
-            client.nap_async(SleepRequest {
+            rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(SleepRequest {
                 millis: 5 + i % 20,
                 micros: 0,
             })
@@ -132,8 +133,8 @@ fn naps_and_a_stream_complete(runtime: &tokio::runtime::Runtime, client: &RaceCl
             count: 20,
             interval_micros: 500,
         };
-        let mut flood = client
-            .flood_async(request)
+        let mut flood = rpc_tests::testing::race_client::RaceClient::from(client.clone())
+            .flood(request)
             .await
             .expect("a stream paced by tokio timers")
             .into_inner();
@@ -205,10 +206,14 @@ fn without_thread_context_tokio_timers_fail_internal() {
                 .serve("127.0.0.1:0", T)
                 .expect("a server starts");
             let client = connect(&server);
-            let result = runtime.block_on(client.nap_async(SleepRequest {
-                millis: 1,
-                micros: 0,
-            }));
+            let result = runtime.block_on(
+                rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(
+                    SleepRequest {
+                        millis: 1,
+                        micros: 0,
+                    },
+                ),
+            );
             let status = result.expect_err("a tokio timer outside a tokio context");
             assert_eq!(status.code(), Code::Internal, "{status}");
             census.wait_until_idle(SETTLE);

@@ -36,8 +36,8 @@ impl t::keywords_server::Keywords for Kw {
         Ok(Response::new(reply))
     }
 
-    async fn foo_async_2(&self, _request: Request<t::Ok>) -> Result<Response<t::Err>, Status> {
-        Err(Status::new(Code::AlreadyExists, "foo_async_2 ran"))
+    async fn foo_async(&self, _request: Request<t::Ok>) -> Result<Response<t::Err>, Status> {
+        Err(Status::new(Code::AlreadyExists, "foo_async ran"))
     }
 
     async fn other(&self, request: Request<other::Msg>) -> Result<Response<()>, Status> {
@@ -392,41 +392,47 @@ fn descriptors_keep_proto_names_order_and_kinds() {
 
 #[test]
 fn client_signatures() {
-    use t::keywords_client::KeywordsClient as K;
+    use t::keywords_client::blocking::KeywordsClient as K;
+    use t::keywords_client::KeywordsClient as A;
     type Res<T> = Result<Response<T>, Status>;
     type Call<Q, A> = Result<StreamingCall<Q, A>, Status>;
 
     let _: fn(rpc_core::Client) -> K = K::new;
     let _: fn(&str) -> Result<K, rpc_core::Error> = K::connect;
     let _: fn(&K) -> &rpc_core::Client = K::inner;
-    // Unary: the message or a `Request` around it; blocking and `_async`.
+    let _: fn(rpc_core::Client) -> A = A::new;
+    let _: fn(&A) -> &rpc_core::Client = A::inner;
+    let _: fn(K) -> A = A::from;
+    let _: fn(A) -> K = K::from;
+    // Unary: the message or a `Request` around it; blocking, and async under the same name
+    // (tonic's shape).
     let _: fn(&K, t::Result) -> Res<t::Result> = K::r#match;
     let _: fn(&K, Request<t::Result>) -> Res<t::Result> = K::r#match;
-    let _: fn(&K, t::Result) -> ResponseFuture<t::Result> = K::match_async;
-    let _: fn(&K, Request<t::Result>) -> ResponseFuture<t::Result> = K::match_async;
+    let _: fn(&A, t::Result) -> ResponseFuture<t::Result> = A::r#match;
+    let _: fn(&A, Request<t::Result>) -> ResponseFuture<t::Result> = A::r#match;
     let _: fn(&K, t::Option) -> Res<t::Box> = K::r#type;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::self_;
-    let _: fn(&K, t::Ok) -> ResponseFuture<t::Ok> = K::self_async;
+    let _: fn(&A, t::Ok) -> ResponseFuture<t::Ok> = A::self_;
     let _: fn(&K, t::Self_) -> Res<t::Self_> = K::self_type;
     let _: fn(&K, t::Send) -> Res<t::Sync> = K::super_;
     let _: fn(&K, t::Vec) -> Res<t::String> = K::crate_;
     let _: fn(&K, t::Arc) -> Res<t::Arc> = K::r#async;
-    let _: fn(&K, t::Arc) -> ResponseFuture<t::Arc> = K::async_async;
+    let _: fn(&A, t::Arc) -> ResponseFuture<t::Arc> = A::r#async;
     let _: fn(&K, t::T) -> Res<t::T> = K::r#await;
     let _: fn(&K, t::Status) -> Res<t::Request> = K::r#fn;
     let _: fn(&K, t::Client) -> Res<t::Service> = K::extern_;
     let _: fn(&K, t::Methods) -> Res<t::Methods> = K::r#gen;
-    // Collisions: `FooAsync` after `Foo`, three `get_x`, the client's own functions.
+    // Names: `FooAsync` beside `Foo` (no async variants to collide with), three `get_x`,
+    // the client's own functions.
     let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo;
-    let _: fn(&K, t::Ok) -> ResponseFuture<t::Err> = K::foo_async;
-    let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo_async_2;
-    let _: fn(&K, t::Ok) -> ResponseFuture<t::Err> = K::foo_async_2_async;
+    let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo_async;
+    let _: fn(&A, t::Ok) -> ResponseFuture<t::Err> = A::foo_async;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_3;
     let _: fn(&K, t::IntoRequest) -> Res<t::Ok> = K::new_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::connect_2;
-    let _: fn(&K, t::Ok) -> ResponseFuture<t::Ok> = K::inner_2_async;
+    let _: fn(&A, t::Ok) -> ResponseFuture<t::Ok> = A::inner_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::clone;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::into_foo;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::descriptor;
@@ -436,16 +442,19 @@ fn client_signatures() {
     let _: fn(&K, other::Msg) -> Res<()> = K::other;
 
     // Well-known types.
-    use t::more_names_client::MoreNamesClient as M;
+    use t::more_names_client::blocking::MoreNamesClient as M;
     let _: fn(&M, t::outer::Middle) -> Res<t::outer::middle::Inner> = M::nested;
     let _: fn(&M, ()) -> Res<prost_types::Timestamp> = M::now;
-    let _: fn(&M, ()) -> ResponseFuture<prost_types::Timestamp> = M::now_async;
+    let _: fn(
+        &t::more_names_client::MoreNamesClient,
+        (),
+    ) -> ResponseFuture<prost_types::Timestamp> = t::more_names_client::MoreNamesClient::now;
     let _: fn(&M, prost_types::Duration) -> Res<()> = M::sleep;
     let _: fn(&M, String) -> Res<bool> = M::wrapped;
     let _: fn(&M, Vec<u8>) -> Res<u64> = M::bytes;
 
-    // Streaming, blocking forms (the `_async` ones are `async fn`s, exercised end to end).
-    use t::streams_client::StreamsClient as S;
+    // Streaming, blocking forms (the async ones return futures, exercised end to end).
+    use t::streams_client::blocking::StreamsClient as S;
     let _: fn(&S, t::Outer) -> Res<t::Outer> = S::unary;
     let _: fn(&S, Vec<t::outer::middle::Inner>) -> Res<t::Outer> = S::upload;
     let _: fn(&S, std::iter::Empty<t::outer::middle::Inner>) -> Res<t::Outer> = S::upload;
@@ -454,29 +463,32 @@ fn client_signatures() {
     let _: fn(&S, Request<t::Outer>) -> Res<Streaming<t::outer::Middle>> = S::download;
     let _: fn(&S, ()) -> Call<(), prost_types::Timestamp> = S::chat;
     let _: fn(&S, Request<()>) -> Call<(), prost_types::Timestamp> = S::chat;
-    let _: fn(&S, t::Outer) -> ResponseFuture<t::Outer> = S::last_async;
+    let _: fn(&t::streams_client::StreamsClient, t::Outer) -> ResponseFuture<t::Outer> =
+        t::streams_client::StreamsClient::last;
 
     // Names of the other clients.
-    let _: fn(rpc_core::Client) -> t::clash2_client::ClashClient =
-        t::clash2_client::ClashClient::new;
-    let _: fn(rpc_core::Client) -> t::foo_bar2_client::FooBarClient =
-        t::foo_bar2_client::FooBarClient::new;
-    let _: fn(rpc_core::Client) -> svc::empty_client::EmptyClient =
-        svc::empty_client::EmptyClient::new;
-    let _: fn(&svc::self_client::SelfClient, t::Ok) -> Res<t::Ok> =
-        svc::self_client::SelfClient::ping;
-    let _: fn(&svc::service2_client::ServiceClient, t::Methods) -> Res<t::Methods> =
-        svc::service2_client::ServiceClient::ping;
-    let _: fn(&protos::bare_client::BareClient, other::Msg) -> Res<protos::BareRequest> =
-        protos::bare_client::BareClient::across;
-    let _: fn(&r#type::use_client::UseClient, r#type::In) -> Res<protos::BareRequest> =
-        r#type::use_client::UseClient::r#in;
+    let _: fn(rpc_core::Client) -> t::clash2_client::blocking::ClashClient =
+        t::clash2_client::blocking::ClashClient::new;
+    let _: fn(rpc_core::Client) -> t::foo_bar2_client::blocking::FooBarClient =
+        t::foo_bar2_client::blocking::FooBarClient::new;
+    let _: fn(rpc_core::Client) -> svc::empty_client::blocking::EmptyClient =
+        svc::empty_client::blocking::EmptyClient::new;
+    let _: fn(&svc::self_client::blocking::SelfClient, t::Ok) -> Res<t::Ok> =
+        svc::self_client::blocking::SelfClient::ping;
+    let _: fn(&svc::service2_client::blocking::ServiceClient, t::Methods) -> Res<t::Methods> =
+        svc::service2_client::blocking::ServiceClient::ping;
+    let _: fn(&protos::bare_client::blocking::BareClient, other::Msg) -> Res<protos::BareRequest> =
+        protos::bare_client::blocking::BareClient::across;
+    let _: fn(&r#type::use_client::blocking::UseClient, r#type::In) -> Res<protos::BareRequest> =
+        r#type::use_client::blocking::UseClient::r#in;
     let _: fn(
-        &t::nested::deep::deep_client::DeepClient,
+        &t::nested::deep::deep_client::blocking::DeepClient,
         other::msg::Sub,
-    ) -> Res<t::outer::middle::Inner> = t::nested::deep::deep_client::DeepClient::across;
-    let _: fn(&t::nested::deep::deep_client::DeepClient, ()) -> Call<t::Outer, other::Msg> =
-        t::nested::deep::deep_client::DeepClient::stream;
+    ) -> Res<t::outer::middle::Inner> = t::nested::deep::deep_client::blocking::DeepClient::across;
+    let _: fn(
+        &t::nested::deep::deep_client::blocking::DeepClient,
+        (),
+    ) -> Call<t::Outer, other::Msg> = t::nested::deep::deep_client::blocking::DeepClient::stream;
 }
 
 #[test]
@@ -491,8 +503,9 @@ fn generated_stubs_work_end_to_end_over_tcp() {
         .timeout(Duration::from_secs(10))
         .connect(server.local_addr())
         .expect("connect");
-    let keywords = t::keywords_client::KeywordsClient::new(connection.clone());
-    let streams = t::streams_client::StreamsClient::new(connection);
+    let keywords = t::keywords_client::blocking::KeywordsClient::new(connection.clone());
+    let streams = t::streams_client::blocking::StreamsClient::new(connection.clone());
+    let streams_async = t::streams_client::StreamsClient::new(connection);
 
     let request = t::Result {
         r#type: "t".into(),
@@ -507,17 +520,17 @@ fn generated_stubs_work_end_to_end_over_tcp() {
     assert!(reply.r#match);
     assert_eq!(reply.self_, 42);
     assert_eq!(reply.r#type, "t");
-    let reply = keywords
-        .match_async(Request::new(request).with_timeout(Duration::from_secs(5)))
+    let reply = t::keywords_client::KeywordsClient::from(Clone::clone(&keywords))
+        .r#match(Request::new(request).with_timeout(Duration::from_secs(5)))
         .wait()
-        .expect("match_async")
+        .expect("the async match")
         .into_inner();
     assert_eq!(reply.self_, 42);
 
     // The renamed method reaches its own handler.
-    let status = keywords.foo_async_2(t::Ok {}).unwrap_err();
+    let status = keywords.foo_async(t::Ok {}).unwrap_err();
     assert_eq!(status.code(), Code::AlreadyExists);
-    assert_eq!(status.message(), "foo_async_2 ran");
+    assert_eq!(status.message(), "foo_async ran");
     assert_eq!(keywords.foo(t::Ok {}).unwrap().into_inner(), t::Err {});
 
     // google.protobuf.Empty is `()` on both sides.
@@ -534,8 +547,8 @@ fn generated_stubs_work_end_to_end_over_tcp() {
     let outer = t::Outer::default();
     assert_eq!(streams.unary(outer.clone()).unwrap().into_inner(), outer);
     assert_eq!(
-        streams
-            .last_async(outer.clone())
+        streams_async
+            .last(outer.clone())
             .wait()
             .unwrap()
             .into_inner(),
@@ -569,20 +582,20 @@ fn generated_stubs_work_end_to_end_over_tcp() {
     assert_eq!(chat.recv().expect("the end, OK"), None);
 
     futures::executor::block_on(async {
-        let total = streams
-            .upload_async(stream::iter(vec![inner(5), inner(6)]))
+        let total = streams_async
+            .upload(stream::iter(vec![inner(5), inner(6)]))
             .await
             .unwrap();
         assert_eq!(total.into_inner().choice, Some(t::outer::Choice::Id(11)));
-        let mut middles = streams.download_async(three).await.unwrap().into_inner();
+        let mut middles = streams_async.download(three).await.unwrap().into_inner();
         let mut n = 0;
         while let Some(m) = middles.message().await.unwrap() {
             assert_eq!(m.inner.unwrap().depth, n);
             n += 1;
         }
         assert_eq!(n, 3);
-        let stamps: Vec<i64> = streams
-            .chat_async(stream::iter(vec![(), (), (), ()]))
+        let stamps: Vec<i64> = streams_async
+            .chat(stream::iter(vec![(), (), (), ()]))
             .await
             .unwrap()
             .into_inner()

@@ -3,7 +3,7 @@
 
 use rpc_core::{Client, Server, TransportKind};
 use rpc_tests::scenarios::{self, TortureService, RING};
-use rpc_tests::testing::torture_client::TortureClient;
+use rpc_tests::testing::torture_client::blocking::TortureClient;
 use rpc_tests::testing::torture_server::TortureServer;
 
 /// A Torture server with its gRPC face, and a client of the face.

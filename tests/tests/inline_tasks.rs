@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use rpc_core::{Client, Execution, Request, Response, Server, Status, TransportKind};
-use rpc_tests::echo::echo_client::EchoClient;
+use rpc_tests::echo::echo_client::blocking::EchoClient;
 use rpc_tests::echo::echo_server::{Echo, EchoServer};
 use rpc_tests::echo::{EchoRepeatRequest, EchoReply, EchoRequest};
 use rpc_tests::scenarios::with_watchdog;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rpc_core::{Client, Code, Request, Server, Status, TransportKind};
 use rpc_tests::scenarios::{payload, TortureService, RING};
-use rpc_tests::testing::torture_client::TortureClient;
+use rpc_tests::testing::torture_client::blocking::TortureClient;
 use rpc_tests::testing::torture_server::TortureServer;
 
 const TOKEN: &str = "Bearer let-me-in";
@@ -86,7 +86,11 @@ fn check(transport: TransportKind) {
     );
     let err = refusing.echo(payload(3, 8)).unwrap_err();
     assert_eq!(err, Status::permission_denied("not from this client"));
-    let err = futures::executor::block_on(refusing.echo_async(payload(3, 8))).unwrap_err();
+    let err = futures::executor::block_on(
+        rpc_tests::testing::torture_client::TortureClient::from(refusing.clone())
+            .echo(payload(3, 8)),
+    )
+    .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
     assert_eq!(
         handled.load(Ordering::SeqCst),

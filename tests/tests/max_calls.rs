@@ -11,7 +11,7 @@ use futures::future;
 use rpc_core::{Client, Code, Request, RingConfig, Server, TransportKind};
 use rpc_tests::race::{Census, RaceService};
 use rpc_tests::scenarios::with_watchdog;
-use rpc_tests::testing::race_client::RaceClient;
+use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
 use rpc_tests::testing::SleepRequest;
 
@@ -51,7 +51,9 @@ fn calls_beyond_max_calls_wait_and_all_complete() {
             let server = serve(&census, 2);
             let client = connect(&server);
             // Twelve at once against a server that takes two: ten wait in the client.
-            let calls = (0..12).map(|_| client.nap_async(nap(20)));
+            let calls = (0..12).map(|_| {
+                rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(nap(20))
+            });
             for result in block_on(future::join_all(calls)) {
                 result.expect("every call completes");
             }
@@ -74,7 +76,8 @@ fn a_call_waiting_for_max_calls_expires_without_reaching_the_server() {
             let census = Census::new();
             let server = serve(&census, 1);
             let client = connect(&server);
-            let long = client.nap_async(nap(1_000));
+            let long =
+                rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(nap(1_000));
             // The first call reaches the server and takes its one place.
             while census.started() < 1 {
                 std::thread::sleep(Duration::from_millis(1));

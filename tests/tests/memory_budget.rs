@@ -250,7 +250,7 @@ fn a_reply_stalled_in_reassembly_fails_its_call_at_the_client() {
         .keepalive(None)
         .connect(&addr)
         .unwrap();
-    let client = rpc_tests::testing::torture_client::TortureClient::new(client);
+    let client = rpc_tests::testing::torture_client::blocking::TortureClient::new(client);
     let started = Instant::now();
     let status = client
         .echo(rpc_tests::scenarios::payload(1, 10))

@@ -27,7 +27,7 @@ use rpc_core::protocol::Connection;
 use rpc_core::{Client, Code, Request, RingConfig, Server, Status, Streaming, TransportKind};
 use rpc_tests::race::{check_message, flood, read_to_end, Census, RaceService};
 use rpc_tests::scenarios::{payload, with_watchdog};
-use rpc_tests::testing::race_client::RaceClient;
+use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
 use rpc_tests::testing::{Payload, SleepRequest};
 
@@ -120,7 +120,8 @@ fn replies_racing_their_deadlines_end_ok_or_deadline_exceeded() {
                             let micros = jitter((t * ROUNDS + round) * WINDOW + i, 1500, 1000);
                             let request =
                                 Request::new(nap(micros)).with_timeout(Duration::from_millis(2));
-                            client.nap_async(request)
+                            rpc_tests::testing::race_client::RaceClient::from(client.clone())
+                                .nap(request)
                         });
                         for result in block_on(future::join_all(calls)) {
                             tally("an async call", result.map(drop));
@@ -141,7 +142,11 @@ fn replies_racing_their_deadlines_end_ok_or_deadline_exceeded() {
                     let request = Request::new(flood(100, 6, jitter(i, 250, 100)))
                         .with_timeout(Duration::from_millis(2));
                     let result = block_on(async {
-                        let mut stream = client.flood_async(request).await?.into_inner();
+                        let mut stream =
+                            rpc_tests::testing::race_client::RaceClient::from(client.clone())
+                                .flood(request)
+                                .await?
+                                .into_inner();
                         let mut n = 0;
                         while let Some(message) = stream.message().await? {
                             check_message(&message, n, 100);
@@ -196,7 +201,10 @@ fn cancels_racing_completion_leave_no_handler_behind() {
                         for round in 0..ROUNDS {
                             let calls = (0..WINDOW).map(|i| {
                                 let n = (t * ROUNDS + round) * WINDOW + i;
-                                let call = client.nap_async(nap(jitter(n, 500, 1000)));
+                                let call = rpc_tests::testing::race_client::RaceClient::from(
+                                    client.clone(),
+                                )
+                                .nap(nap(jitter(n, 500, 1000)));
                                 let patience =
                                     Duration::from_micros(u64::from(jitter(n, 300, 2400)));
                                 async move {
@@ -248,7 +256,9 @@ fn cancels_racing_completion_leave_no_handler_behind() {
                     // Response-stream futures dropped before the headers came.
                     for i in 0..STREAMS / 4 {
                         let patience = Duration::from_micros(u64::from(jitter(i, 0, 500)));
-                        let opening = client.flood_async(flood(64, 0, 100));
+                        let opening =
+                            rpc_tests::testing::race_client::RaceClient::from(client.clone())
+                                .flood(flood(64, 0, 100));
                         let opened = block_on(async {
                             let opening = std::pin::pin!(opening);
                             match future::select(opening, Delay::new(patience)).await {
@@ -305,7 +315,7 @@ fn server_abort_ends_calls_and_streams_in_flight_unavailable() {
                             micros: 0,
                         }
                     };
-                    client.nap_async(request)
+                    rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(request)
                 })
                 .collect();
             let mut streams: Vec<_> = (0..4)
@@ -359,7 +369,12 @@ fn server_shutdown_lets_calls_and_streams_in_flight_finish() {
             let census = Census::new();
             let server = serve(&census);
             let client = connect(&server);
-            let naps: Vec<_> = (0..8).map(|_| client.nap_async(nap(30_000))).collect();
+            let naps: Vec<_> = (0..8)
+                .map(|_| {
+                    rpc_tests::testing::race_client::RaceClient::from(client.clone())
+                        .nap(nap(30_000))
+                })
+                .collect();
             let mut stream = client
                 .flood(flood(64, 40, 1000))
                 .expect("a stream opens")
@@ -449,7 +464,7 @@ fn race_client_process() {
     );
     let _naps: Vec<_> = (0..8)
         .map(|_| {
-            client.nap_async(SleepRequest {
+            rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(SleepRequest {
                 millis: 60_000,
                 micros: 0,
             })

@@ -3,9 +3,9 @@
 
 use prost::Message;
 use rpc_core::standard::health::health_check_response::ServingStatus;
-use rpc_core::standard::health::health_client::HealthClient;
+use rpc_core::standard::health::health_client::blocking::HealthClient;
 use rpc_core::standard::health::HealthCheckRequest;
-use rpc_core::standard::reflection_v1::server_reflection_client::ServerReflectionClient;
+use rpc_core::standard::reflection_v1::server_reflection_client::blocking::ServerReflectionClient;
 use rpc_core::standard::reflection_v1::server_reflection_request::MessageRequest;
 use rpc_core::standard::reflection_v1::server_reflection_response::MessageResponse;
 use rpc_core::standard::reflection_v1::ServerReflectionRequest;

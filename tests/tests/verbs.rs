@@ -17,9 +17,9 @@ use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SharedR
 use rpc_core::{Client, Code, Request, TransportKind};
 use rpc_tests::race::{flood, read_to_end, Census, RaceService};
 use rpc_tests::scenarios::{self, connect, payload, serve, TortureService, RING};
-use rpc_tests::testing::race_client::RaceClient;
+use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
-use rpc_tests::testing::torture_client::TortureClient;
+use rpc_tests::testing::torture_client::blocking::TortureClient;
 use rpc_tests::testing::torture_server::TortureServer;
 use rpc_tests::testing::SleepRequest;
 
@@ -386,10 +386,12 @@ fn verbs_calls_started_while_a_stream_reader_polls_complete() {
                                     micros: 50 * round,
                                 })
                                 .expect("a nap while the stream flows");
-                            let pending = client.nap_async(SleepRequest {
-                                millis: 1,
-                                micros: 0,
-                            });
+                            let pending =
+                                rpc_tests::testing::race_client::RaceClient::from(client.clone())
+                                    .nap(SleepRequest {
+                                        millis: 1,
+                                        micros: 0,
+                                    });
                             pending.wait().expect("an async nap while the stream flows");
                             made += 2;
                             std::thread::sleep(Duration::from_millis(3));
@@ -530,8 +532,11 @@ fn verbs_a_window_of_futures_and_other_callers_share_a_client() {
                         .echo(payload(id, 64))
                         .expect("a blocking echo beside the window");
                     assert_eq!(reply.into_inner(), payload(id, 64));
-                    let reply = futures::executor::block_on(client.echo_async(payload(id, 80)))
-                        .expect("an awaited echo beside the window");
+                    let reply = futures::executor::block_on(
+                        rpc_tests::testing::torture_client::TortureClient::from(client.clone())
+                            .echo(payload(id, 80)),
+                    )
+                    .expect("an awaited echo beside the window");
                     assert_eq!(reply.into_inner(), payload(id, 80));
                     let mut watch = client
                         .watch(payload(id, 16))
@@ -560,12 +565,17 @@ fn verbs_a_window_of_futures_and_other_callers_share_a_client() {
                 micros: 0,
             });
             late.set_timeout(Duration::from_millis(5));
-            let late = client.sleep_async(late);
+            let late =
+                rpc_tests::testing::torture_client::TortureClient::from(client.clone()).sleep(late);
             let mut window = std::collections::VecDeque::with_capacity(WINDOW);
             let mut next = 0u64;
             while next < CALLS || !window.is_empty() {
                 while next < CALLS && window.len() < WINDOW {
-                    window.push_back((next, client.echo_async(payload(next, 64))));
+                    window.push_back((
+                        next,
+                        rpc_tests::testing::torture_client::TortureClient::from(client.clone())
+                            .echo(payload(next, 64)),
+                    ));
                     next += 1;
                 }
                 let (id, reply) = window.pop_front().expect("a call in the window");
@@ -656,10 +666,12 @@ fn verbs_kill_9_of_the_server_fails_calls_promptly_and_the_client_reconnects() {
     assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
     let slow: Vec<_> = (0..4)
         .map(|_| {
-            client.sleep_async(SleepRequest {
-                millis: 20_000,
-                micros: 0,
-            })
+            rpc_tests::testing::torture_client::TortureClient::from(client.clone()).sleep(
+                SleepRequest {
+                    millis: 20_000,
+                    micros: 0,
+                },
+            )
         })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
@@ -1089,7 +1101,7 @@ fn verbs_two_host_a_silent_peer_is_detected_by_keepalive() {
             .into_inner(),
         req
     );
-    let slow = client.sleep_async(
+    let slow = rpc_tests::testing::torture_client::TortureClient::from(client.clone()).sleep(
         rpc_core::Request::new(SleepRequest {
             millis: 20_000,
             micros: 0,

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 
 use rpc_core::codegen::Code;
 use rpc_core::{Request, Status};
-use rpc_examples::calc::calculator_client::CalculatorClient;
+use rpc_examples::calc::calculator_client::blocking::CalculatorClient;
 use rpc_examples::calc::{
     AddRequest, DivideRequest, EvaluateRequest, MultiplyRequest, SubtractRequest, SumRequest,
 };
@@ -196,7 +196,13 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
     // The same stubs, asynchronously: start 32 calls (fewer than the default ring's 64 slots,
     // so none waits for credit), then collect their results.
     let pending: Vec<_> = (0..32)
-        .map(|i| (i, calc.add_async(AddRequest { a: i, b: i * i })))
+        .map(|i| {
+            (
+                i,
+                rpc_examples::calc::calculator_client::CalculatorClient::from(calc.clone())
+                    .add(AddRequest { a: i, b: i * i }),
+            )
+        })
         .collect();
     let wrong = pending
         .into_iter()
@@ -239,8 +245,10 @@ fn run(calc: &CalculatorClient, script: &mut Script) {
         Expect::Error(Code::OutOfRange, "integer overflow"),
     );
     let numbers = futures::stream::iter((1..=10).map(|value| SumRequest { value }));
-    let outcome = futures::executor::block_on(calc.sum_async(numbers))
-        .map(|r| r.into_inner().total.to_string());
+    let outcome = futures::executor::block_on(
+        rpc_examples::calc::calculator_client::CalculatorClient::from(calc.clone()).sum(numbers),
+    )
+    .map(|r| r.into_inner().total.to_string());
     script.check(
         "Sum(1, 2, ..., 10) [client streaming, async]",
         outcome,

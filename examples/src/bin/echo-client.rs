@@ -27,7 +27,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use rpc_examples::cli::{self, EchoClientArgs};
-use rpc_examples::echo::echo_client::EchoClient;
+use rpc_examples::echo::echo_client::blocking::EchoClient;
 use rpc_examples::echo::{EchoRepeatRequest, EchoRequest};
 use rpc_examples::stats::{calls_per_second, Latencies};
 

@@ -130,26 +130,35 @@ mod tests {
             "pub mod calculator_client",
             "#[derive(Debug, Clone)] pub struct CalculatorClient { inner: ::rpc_core::codegen::Client, }",
             "pub fn new(inner: ::rpc_core::codegen::Client) -> Self",
-            "pub fn connect(addr: &str) -> ::core::result::Result<Self, ::rpc_core::Error>",
+            "pub async fn connect(dst: impl ::core::convert::AsRef<str>,) \
+             -> ::core::result::Result<Self, ::rpc_core::Error>",
             "pub fn inner(&self) -> &::rpc_core::codegen::Client",
-            "/// Does Add.",
+            // The async client: tonic's names.
+            "/// Does Add. /// /// Calls `Add`: the future completes when the response arrives.",
             "pub fn add(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<super::AddReply>, ::rpc_core::codegen::Status>",
-            "self.inner.unary(&METHODS[0usize],",
-            "pub fn add_async(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
              -> ::rpc_core::codegen::ResponseFuture<super::AddReply>",
-            "/// Does Add. /// /// Calls `Add` without blocking",
             "self.inner.unary_async(&METHODS[0usize],",
-            "pub fn sum(&self, requests: impl ::rpc_core::codegen::IntoIterRequest<Message = super::SumRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<super::SumReply>, ::rpc_core::codegen::Status>",
-            "pub async fn sum_async(&self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::SumRequest>,)",
+            // The streaming ones' futures hold a clone of the connection, not `&self`.
+            "pub fn sum(&self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
+             -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<super::SumReply>, ::rpc_core::codegen::Status>,>",
             "pub fn count(&self, request: impl ::rpc_core::codegen::IntoRequest<super::CountRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::CountReply>>, ::rpc_core::codegen::Status>",
+             -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::CountReply>>, ::rpc_core::codegen::Status>,>",
+            "let inner = self.inner.clone();",
+            "pub fn chat(&self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::ChatRequest>,)",
+            "pub fn r#match(&self, request: impl ::rpc_core::codegen::IntoRequest<super::MatchRequest>,) \
+             -> ::rpc_core::codegen::ResponseFuture<super::MatchReply>",
+            // The blocking client, one module deeper.
+            "pub mod blocking",
+            "pub fn connect(addr: &str) -> ::core::result::Result<Self, ::rpc_core::Error>",
+            "pub fn add(&self, request: impl ::rpc_core::codegen::IntoRequest<super::super::AddRequest>,) \
+             -> ::core::result::Result<::rpc_core::codegen::Response<super::super::AddReply>, ::rpc_core::codegen::Status>",
+            "self.inner.unary(&super::METHODS[0usize],",
+            "pub fn sum(&self, requests: impl ::rpc_core::codegen::IntoIterRequest<Message = super::super::SumRequest>,) \
+             -> ::core::result::Result<::rpc_core::codegen::Response<super::super::SumReply>, ::rpc_core::codegen::Status>",
+            "pub fn count(&self, request: impl ::rpc_core::codegen::IntoRequest<super::super::CountRequest>,) \
+             -> ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::super::CountReply>>, ::rpc_core::codegen::Status>",
             "pub fn chat(&self, request: impl ::rpc_core::codegen::IntoRequest<()>,) \
-             -> ::core::result::Result<::rpc_core::codegen::StreamingCall<super::ChatRequest, super::ChatReply>, ::rpc_core::codegen::Status>",
-            "pub async fn chat_async(",
-            "pub fn r#match(",
-            "pub fn match_async(",
+             -> ::core::result::Result<::rpc_core::codegen::StreamingCall<super::super::ChatRequest, super::super::ChatReply>, ::rpc_core::codegen::Status>",
             "static METHODS: [::rpc_core::codegen::MethodDescriptor; 5usize]",
             "::rpc_core::codegen::MethodDescriptor::new(\"calc.Calculator\", \"Add\", \
              \"/calc.Calculator/Add\", ::rpc_core::codegen::MethodKind::Unary,)",

@@ -196,9 +196,15 @@ impl ClientBuilder {
         self
     }
 
-    /// Connects to `addr` (`ip:port`, or `mem:NAME` for the in-process transport; with
-    /// [`TransportKind::Grpc`], `host:port` of any gRPC server).
-    pub fn connect(self, addr: &str) -> Result<Client, Error> {
+    /// Connects to `addr`: `ip:port`, or `mem:NAME` for the in-process transport, with the
+    /// builder's transport (with [`TransportKind::Grpc`], `host:port` of any gRPC server);
+    /// tonic's `http://host:port` the same; `tcp://`, `verbs://` or `grpc://` before the
+    /// address chooses the transport, whatever the builder's.
+    pub fn connect(mut self, addr: &str) -> Result<Client, Error> {
+        let (forced, addr) = parse_target(addr)?;
+        if let Some(transport) = forced {
+            self.transport = transport;
+        }
         self.ring.validate()?;
         let counters = Arc::new(Counters::default());
         if self.transport == TransportKind::Grpc {
@@ -450,5 +456,88 @@ impl Client {
         let deadline = timeout.map(|t| Instant::now() + t);
         let timeout_us = timeout.map_or(0, |t| t.as_micros().clamp(1, u32::MAX as u128) as u32);
         (timeout_us, deadline)
+    }
+}
+
+impl ClientBuilder {
+    /// [`ClientBuilder::connect`] without blocking the caller: the connection is made on a
+    /// thread of its own, and the future completes when it is up (or failed). Await it from
+    /// any executor.
+    pub async fn connect_async(self, addr: &str) -> Result<Client, Error> {
+        let addr = addr.to_string();
+        let (done, connected) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("rpc-connect".into())
+            .spawn(move || {
+                let _ = done.send(self.connect(&addr));
+            })?;
+        connected.await.map_err(|_| {
+            Error::ConnectionClosed("the connecting thread ended without a result".into())
+        })?
+    }
+}
+
+impl Client {
+    /// [`Client::connect`] without blocking the caller (see
+    /// [`ClientBuilder::connect_async`]): what generated async clients' `connect` calls.
+    pub async fn connect_async(addr: &str) -> Result<Client, Error> {
+        ClientBuilder::default().connect_async(addr).await
+    }
+}
+
+/// The transport `target`'s scheme chooses, if it has one, and the address after it:
+/// tonic's `http://host:port` chooses none (the builder's), `tcp://`, `verbs://` and
+/// `grpc://` their transport; a target without `://` is an address as it is.
+fn parse_target(target: &str) -> Result<(Option<TransportKind>, &str), Error> {
+    let Some((scheme, rest)) = target.split_once("://") else {
+        return Ok((None, target));
+    };
+    // A URI's path (tonic's `Endpoint` takes `http://host:port/`) plays no part.
+    let addr = rest.split('/').next().unwrap_or_default();
+    let forced = match scheme.to_ascii_lowercase().as_str() {
+        "http" => None,
+        "tcp" => Some(TransportKind::Tcp),
+        "verbs" => Some(TransportKind::Verbs),
+        "grpc" => Some(TransportKind::Grpc),
+        "https" => {
+            return Err(Error::InvalidAddress(format!(
+                "{target}: for gRPC over TLS, connect with Client::builder().grpc_tls(..) \
+                 to grpc://{addr}"
+            )))
+        }
+        other => {
+            return Err(Error::InvalidAddress(format!(
+                "{target}: unknown scheme {other}:// (http, tcp, verbs or grpc)"
+            )))
+        }
+    };
+    if addr.is_empty() {
+        return Err(Error::InvalidAddress(format!("{target}: no address")));
+    }
+    Ok((forced, addr))
+}
+
+#[cfg(test)]
+mod target_tests {
+    use super::{parse_target, TransportKind};
+
+    #[test]
+    fn tonic_uris_and_transport_schemes_name_the_address() {
+        let parsed = |t| parse_target(t).unwrap();
+        assert_eq!(parsed("10.0.0.1:50051"), (None, "10.0.0.1:50051"));
+        assert_eq!(parsed("mem:echo"), (None, "mem:echo"));
+        assert_eq!(parsed("http://[::1]:50051"), (None, "[::1]:50051"));
+        assert_eq!(parsed("http://host:1/"), (None, "host:1"));
+        assert_eq!(parsed("HTTP://host:1"), (None, "host:1"));
+        assert_eq!(parsed("tcp://h:1"), (Some(TransportKind::Tcp), "h:1"));
+        assert_eq!(parsed("verbs://h:1"), (Some(TransportKind::Verbs), "h:1"));
+        assert_eq!(parsed("grpc://h:1"), (Some(TransportKind::Grpc), "h:1"));
+    }
+
+    #[test]
+    fn other_schemes_and_empty_addresses_are_refused() {
+        for target in ["https://h:1", "ftp://h:1", "http://", "tcp:///x"] {
+            assert!(parse_target(target).is_err(), "{target}");
+        }
     }
 }
