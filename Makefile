@@ -6,7 +6,8 @@
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
 #   make test               fmt check, module check, sync check, clippy, cargo test, loom models,
-#                           gRPC's interop cases over TCP, the VM's fallback from KVM to TCG, then
+#                           gRPC's interop cases over TCP and gRPC, the tonic port (porting/),
+#                           the VM's fallback from KVM to TCG, then
 #                           the verbs suite in the VM (one host, then two hosts)
 #   make check-modules      scripts/check-modules: no import cycle between the source files of a
 #                           library crate and no runtime file over 800 lines, beyond the shrinking
@@ -18,6 +19,7 @@
 #   make test-softroce-fallback  scripts/softroce-vm boots again under TCG when KVM is not ready
 #                           by the boot deadline (one TCG boot)
 #   make interop-tcp        gRPC's interop cases (interop-client against interop-server) over TCP
+#   make porting            porting/'s tonic greeter and its port: changed lines, both pairs greet
 #   make test-verbs         the verbs tests + the interop cases inside scripts/softroce-vm (one guest)
 #   make test-verbs-2hosts  two-host verbs tests + the examples and the interop cases across two
 #                           guests
@@ -65,7 +67,7 @@ export SOFTROCE_ACCEL_FILE
 TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
 .PHONY: setup build release demo demo-rdma test fmt-check check-modules check-sync clippy unit-test \
-	loom interop-tcp bins interop-grpc test-softroce-fallback test-verbs test-verbs-2hosts \
+	loom interop-tcp bins interop-grpc porting test-softroce-fallback test-verbs test-verbs-2hosts \
 	test-verbs-native test-list bench fuzz
 
 setup:
@@ -92,7 +94,7 @@ demo-rdma: setup release
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
 test: setup fmt-check check-modules check-sync clippy unit-test loom interop-tcp interop-grpc \
-	test-softroce-fallback \
+	porting test-softroce-fallback \
 	test-verbs test-verbs-2hosts
 
 fmt-check:
@@ -134,6 +136,11 @@ interop-tcp: bins
 # the stock side is installed into target/interop.
 interop-grpc: bins
 	scripts/interop-grpc --bin $(TARGET_DIR)/debug
+
+# The tonic applications of porting/ and their ports (docs/PORTING.md): the lines the port
+# changed, and each pair greeting (scripts/porting).
+porting: bins
+	scripts/porting --bin $(TARGET_DIR)/debug
 
 # The test executables, built on the host; one line per binary: target, package dir, path.
 test-list:

@@ -107,7 +107,7 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
         None => (ADDR, TransportKind::Tcp),
     };
     let server = server_builder
-        .serve(addr, kind)
+        .start(addr, kind)
         .map_err(|e| format!("cannot serve on {addr}: {e}"))?;
     let client = client_builder
         .transport(kind)

@@ -155,7 +155,7 @@ pub fn serve_with(
     builder
         .workers(1)
         .add_service_with(EchoServer::new(EchoService), Execution::Inline)
-        .serve(listen, transport)
+        .start(listen, transport)
 }
 
 /// [`serve_with`] with the async handlers of [`AsyncEchoService`] (also inline: a future
@@ -172,7 +172,7 @@ pub fn serve_async_with(
             crate::echo_async::echo_server::EchoServer::new(AsyncEchoService),
             Execution::Inline,
         )
-        .serve(listen, transport)
+        .start(listen, transport)
 }
 
 /// A client as the load generator uses it: default settings plus [`CALL_TIMEOUT`].
@@ -304,8 +304,8 @@ fn windowed_calls(
     let mut window: VecDeque<(u64, Instant, ResponseFuture<EchoReply>)> =
         VecDeque::with_capacity(outstanding);
     let mut next = first;
-    let futures = echo_client::EchoClient::from(echo.clone());
-    let issue = |seq: u64| {
+    let mut futures = echo_client::EchoClient::from(echo.clone());
+    let mut issue = |seq: u64| {
         let request = EchoRequest {
             payload: payload.request(seq),
         };

@@ -13,7 +13,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = rpc_core::Server::builder()
 //!     .add_service(TestServiceServer::new(TestServiceImpl::new()))
-//!     .serve("127.0.0.1:0", rpc_core::TransportKind::Tcp)?;
+//!     .start("127.0.0.1:0", rpc_core::TransportKind::Tcp)?;
 //! let client = rpc_core::Client::builder()
 //!     .transport(rpc_core::TransportKind::Tcp)
 //!     .connect(server.local_addr())?;
@@ -1066,7 +1066,7 @@ impl CaseRun<'_> {
         // A request stream that never yields: nothing is sent before the cancel.
         let requests =
             Request::new(stream::pending::<StreamingInputCallRequest>()).with_timeout(self.left()?);
-        let test = test_service_client::TestServiceClient::from(self.test.clone());
+        let mut test = test_service_client::TestServiceClient::from(self.test.clone());
         let mut call = Box::pin(test.streaming_input_call(requests));
         // The first poll opens the call (the server sees it start) and finds no response.
         if let Some(outcome) = call.as_mut().now_or_never() {
@@ -1211,7 +1211,7 @@ impl CaseRun<'_> {
         // The async form: its response carries the headers (the blocking handle's does not).
         let requests = stream::iter([streaming_request(&[314_159], Some(271_828), None)]);
         let request = self.with_echo_metadata(requests)?;
-        let test = test_service_client::TestServiceClient::from(self.test.clone());
+        let mut test = test_service_client::TestServiceClient::from(self.test.clone());
         block_on(async {
             let response = test
                 .full_duplex_call(request)

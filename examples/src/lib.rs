@@ -45,7 +45,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let server = rpc_core::Server::builder()
 //!     .add_service(CalculatorServer::new(CalculatorService))
-//!     .serve("127.0.0.1:50051", rpc_core::TransportKind::Tcp)?;
+//!     .start("127.0.0.1:50051", rpc_core::TransportKind::Tcp)?;
 //!
 //! let client = rpc_core::Client::builder()
 //!     .transport(rpc_core::TransportKind::Tcp)

@@ -30,7 +30,7 @@ fn tcp_client(addr: &str) -> rpc_core::Client {
 fn calculator_service_over_tcp() {
     let server = rpc_core::Server::builder()
         .add_service(CalculatorServer::new(CalculatorService))
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the calculator server");
     assert_eq!(server.transport_name(), "tcp");
     let calc = CalculatorClient::new(tcp_client(server.local_addr()));
@@ -102,7 +102,7 @@ fn calculator_service_over_tcp() {
 fn echo_service_inline_over_tcp() {
     let server = rpc_core::Server::builder()
         .add_service_with(EchoServer::new(EchoService), rpc_core::Execution::Inline)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the echo server");
     let echo = EchoClient::new(tcp_client(server.local_addr()));
     // Empty, small, and larger than one slot (segmented).

@@ -69,7 +69,7 @@ fn every_case_passes(transport: TransportKind) {
     let server = rpc_core::Server::builder()
         .add_service(TestServiceServer::new(service.clone()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
     let client = client_of(&server, transport);
     let client = InteropClient::new(client);
@@ -121,7 +121,7 @@ fn cancels_reach_the_server_over(transport: TransportKind) {
     let server = rpc_core::Server::builder()
         .add_service(TestServiceServer::new(service.clone()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
     let client = client_of(&server, transport);
     let client = InteropClient::new(client);
@@ -246,7 +246,7 @@ fn every_case_fails_against_a_broken_server() {
     let server = rpc_core::Server::builder()
         .add_service(TestServiceServer::new(Broken))
         .add_service(UnimplementedServiceServer::new(Broken))
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the broken server");
     let client = InteropClient::new(tcp_client(server.local_addr()));
     let mut lines = Vec::new();
@@ -378,7 +378,7 @@ fn metadata_and_status_checks_notice_what_is_missing() {
                 inner: TestServiceImpl::new(),
                 unary,
             }))
-            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .start("127.0.0.1:0", TransportKind::Tcp)
             .expect("starting the forgetful server");
         let client = InteropClient::new(tcp_client(server.local_addr()));
         let verdicts: Vec<String> = [
@@ -416,7 +416,7 @@ fn metadata_and_status_checks_notice_what_is_missing() {
 fn half_duplex_and_cacheable_calls() {
     let server = rpc_core::Server::builder()
         .add_service(TestServiceServer::new(TestServiceImpl::new()))
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("starting the interop server");
     let test = TestServiceClient::new(tcp_client(server.local_addr()));
     let request = |sizes: &[i32]| StreamingOutputCallRequest {

@@ -16,7 +16,7 @@ fn setup(transport: TransportKind) -> (Server, TestServiceClient) {
     let server = Server::builder()
         .add_service(TestServiceServer::new(TestServiceImpl::new()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap();
     let addr = server
         .addr_for(transport)

@@ -60,7 +60,7 @@
 //!
 //! let server = Server::builder()
 //!     .add_service(EchoServer::new(MyEcho))
-//!     .serve("127.0.0.1:50051", TransportKind::Auto)?;
+//!     .start("127.0.0.1:50051", TransportKind::Auto)?;
 //! // The blocking client; `echo_client::EchoClient` is the async one, tonic's shape
 //! // (`EchoClient::connect("http://127.0.0.1:50051").await?`, `client.echo(req).await?`).
 //! let client = EchoClient::connect("127.0.0.1:50051")?;

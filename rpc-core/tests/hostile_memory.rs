@@ -38,7 +38,7 @@ fn serve() -> Server {
         .ring(RING)
         .workers(2)
         .add_service(EchoService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap()
 }
 

@@ -27,7 +27,7 @@ fn echo_server() -> Server {
     Server::builder()
         .ring(RING)
         .add_service(EchoService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap()
 }
 
@@ -351,7 +351,7 @@ fn server_with_deadline_ticks_only() -> Server {
         .keepalive(None)
         .stall_timeout(None)
         .add_service(EchoService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap()
 }
 
@@ -421,7 +421,7 @@ fn connections_beyond_the_limit_are_closed() {
         .ring(RING)
         .max_connections(2)
         .add_service(EchoService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap();
     let connect = || {
         Client::builder()

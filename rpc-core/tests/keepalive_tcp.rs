@@ -19,7 +19,7 @@ fn server() -> Server {
     Server::builder()
         .keepalive(Some(FAST))
         .add_service(EchoService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap()
 }
 

@@ -78,7 +78,7 @@ fn serve(ring: RingConfig) -> Server {
         .ring(ring)
         .workers(WORKERS)
         .add_service(TestService)
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap()
 }
 

@@ -187,7 +187,7 @@ fn a_whole_request_larger_than_a_slot_reaches_the_handler_whole() {
     with_watchdog(Duration::from_secs(30), || {
         let server = Server::builder()
             .add_service(MetadataEcho)
-            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .start("127.0.0.1:0", TransportKind::Tcp)
             .unwrap();
         let client = Client::builder()
             .transport(TransportKind::Tcp)

@@ -87,7 +87,7 @@ pub fn serve(addr: &str, transport: TransportKind) -> Server {
         .ring(RING)
         .workers(4)
         .add_service(TortureServer::new(TortureService::default()))
-        .serve(addr, transport)
+        .start(addr, transport)
         .expect("server starts")
 }
 
@@ -117,7 +117,7 @@ pub fn payload(id: u64, len: usize) -> Payload {
 pub fn concurrent_calls(client: &TortureClient, threads: usize, window: usize, per_thread: usize) {
     std::thread::scope(|s| {
         for t in 0..threads {
-            let client = torture_client::TortureClient::from(client.clone());
+            let mut client = torture_client::TortureClient::from(client.clone());
             s.spawn(move || {
                 let mut in_flight = std::collections::VecDeque::new();
                 for i in 0..per_thread {
@@ -181,7 +181,7 @@ pub fn callers_waiting_for_shared_send_slots(addr: &str, transport: TransportKin
                 }))
                 .workers(4)
                 .add_service(TortureServer::new(TortureService::default()))
-                .serve(&addr, transport)
+                .start(&addr, transport)
                 .expect("server starts");
             let clients: Vec<_> = (0..3).map(|_| connect(&server, transport)).collect();
             std::thread::scope(|s| {
@@ -245,7 +245,7 @@ pub fn statuses(client: &TortureClient) {
 
 /// Stopping the server while calls are outstanding fails them with UNAVAILABLE, never a hang.
 pub fn server_stopped_mid_run(server: Server, client: &TortureClient) {
-    let futures = torture_client::TortureClient::from(client.clone());
+    let mut futures = torture_client::TortureClient::from(client.clone());
     let slow: Vec<_> = (0..4)
         .map(|_| {
             futures.sleep(SleepRequest {
@@ -308,7 +308,7 @@ pub fn serve_for_deadline_races(addr: &str, transport: TransportKind) -> Server 
         .ring(RING)
         .workers(16)
         .add_service(TortureServer::new(TortureService::default()))
-        .serve(addr, transport)
+        .start(addr, transport)
         .expect("server starts")
 }
 

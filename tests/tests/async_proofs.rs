@@ -108,7 +108,7 @@ fn serve_gate(shared: &Arc<GateShared>, downstream: Option<GateClient>) -> Serve
             shared: Arc::clone(shared),
             downstream,
         }))
-        .serve("127.0.0.1:0", T)
+        .start("127.0.0.1:0", T)
         .expect("a gate server starts")
 }
 
@@ -205,7 +205,7 @@ fn timer_server_process() {
         // bound (4,096) would answer the rest UNAVAILABLE, as documented.
         .max_queued(CALLS)
         .add_service(RaceServer::new(RaceService::new(&census)))
-        .serve("127.0.0.1:0", T)
+        .start("127.0.0.1:0", T)
         .expect("the timer server starts");
     println!("{LISTENING}{}", server.local_addr());
     std::io::stdout().flush().expect("stdout");

@@ -85,7 +85,7 @@ fn serve_in(runtime: &tokio::runtime::Runtime, census: &Arc<Census>, nap: Execut
             census: Arc::clone(census),
         }))
         .method_execution("/testing.Race/Nap", nap)
-        .serve("127.0.0.1:0", T)
+        .start("127.0.0.1:0", T)
         .expect("a server starts")
 }
 
@@ -203,7 +203,7 @@ fn without_thread_context_tokio_timers_fail_internal() {
                 .add_service(RaceServer::new(TokioRace {
                     census: Arc::clone(&census),
                 }))
-                .serve("127.0.0.1:0", T)
+                .start("127.0.0.1:0", T)
                 .expect("a server starts");
             let client = connect(&server);
             let result = runtime.block_on(
@@ -245,7 +245,7 @@ fn a_server_started_inside_a_tokio_runtime_enters_it_by_itself() {
                             census: Arc::clone(&census),
                         }))
                         .method_execution("/testing.Race/Nap", nap)
-                        .serve("127.0.0.1:0", T)
+                        .start("127.0.0.1:0", T)
                         .expect("a server starts")
                 });
                 let client = connect(&server);

@@ -408,16 +408,16 @@ fn client_signatures() {
     // (tonic's shape).
     let _: fn(&K, t::Result) -> Res<t::Result> = K::r#match;
     let _: fn(&K, Request<t::Result>) -> Res<t::Result> = K::r#match;
-    let _: fn(&A, t::Result) -> ResponseFuture<t::Result> = A::r#match;
-    let _: fn(&A, Request<t::Result>) -> ResponseFuture<t::Result> = A::r#match;
+    let _: fn(&mut A, t::Result) -> ResponseFuture<t::Result> = A::r#match;
+    let _: fn(&mut A, Request<t::Result>) -> ResponseFuture<t::Result> = A::r#match;
     let _: fn(&K, t::Option) -> Res<t::Box> = K::r#type;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::self_;
-    let _: fn(&A, t::Ok) -> ResponseFuture<t::Ok> = A::self_;
+    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Ok> = A::self_;
     let _: fn(&K, t::Self_) -> Res<t::Self_> = K::self_type;
     let _: fn(&K, t::Send) -> Res<t::Sync> = K::super_;
     let _: fn(&K, t::Vec) -> Res<t::String> = K::crate_;
     let _: fn(&K, t::Arc) -> Res<t::Arc> = K::r#async;
-    let _: fn(&A, t::Arc) -> ResponseFuture<t::Arc> = A::r#async;
+    let _: fn(&mut A, t::Arc) -> ResponseFuture<t::Arc> = A::r#async;
     let _: fn(&K, t::T) -> Res<t::T> = K::r#await;
     let _: fn(&K, t::Status) -> Res<t::Request> = K::r#fn;
     let _: fn(&K, t::Client) -> Res<t::Service> = K::extern_;
@@ -426,13 +426,13 @@ fn client_signatures() {
     // the client's own functions.
     let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo;
     let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo_async;
-    let _: fn(&A, t::Ok) -> ResponseFuture<t::Err> = A::foo_async;
+    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Err> = A::foo_async;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_3;
     let _: fn(&K, t::IntoRequest) -> Res<t::Ok> = K::new_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::connect_2;
-    let _: fn(&A, t::Ok) -> ResponseFuture<t::Ok> = A::inner_2;
+    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Ok> = A::inner_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::clone;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::into_foo;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::descriptor;
@@ -446,7 +446,7 @@ fn client_signatures() {
     let _: fn(&M, t::outer::Middle) -> Res<t::outer::middle::Inner> = M::nested;
     let _: fn(&M, ()) -> Res<prost_types::Timestamp> = M::now;
     let _: fn(
-        &t::more_names_client::MoreNamesClient,
+        &mut t::more_names_client::MoreNamesClient,
         (),
     ) -> ResponseFuture<prost_types::Timestamp> = t::more_names_client::MoreNamesClient::now;
     let _: fn(&M, prost_types::Duration) -> Res<()> = M::sleep;
@@ -463,7 +463,7 @@ fn client_signatures() {
     let _: fn(&S, Request<t::Outer>) -> Res<Streaming<t::outer::Middle>> = S::download;
     let _: fn(&S, ()) -> Call<(), prost_types::Timestamp> = S::chat;
     let _: fn(&S, Request<()>) -> Call<(), prost_types::Timestamp> = S::chat;
-    let _: fn(&t::streams_client::StreamsClient, t::Outer) -> ResponseFuture<t::Outer> =
+    let _: fn(&mut t::streams_client::StreamsClient, t::Outer) -> ResponseFuture<t::Outer> =
         t::streams_client::StreamsClient::last;
 
     // Names of the other clients.
@@ -496,7 +496,7 @@ fn generated_stubs_work_end_to_end_over_tcp() {
     let server = Server::builder()
         .add_service(t::keywords_server::KeywordsServer::new(Kw))
         .add_service(t::streams_server::StreamsServer::new(Everything))
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("serve");
     let connection = rpc_core::Client::builder()
         .transport(TransportKind::Tcp)
@@ -505,7 +505,7 @@ fn generated_stubs_work_end_to_end_over_tcp() {
         .expect("connect");
     let keywords = t::keywords_client::blocking::KeywordsClient::new(connection.clone());
     let streams = t::streams_client::blocking::StreamsClient::new(connection.clone());
-    let streams_async = t::streams_client::StreamsClient::new(connection);
+    let mut streams_async = t::streams_client::StreamsClient::new(connection);
 
     let request = t::Result {
         r#type: "t".into(),

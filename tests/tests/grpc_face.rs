@@ -13,7 +13,7 @@ fn setup() -> (Server, TortureClient) {
         .workers(4)
         .add_service(TortureServer::new(TortureService::default()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("server starts");
     let addr = server.grpc_local_addr().expect("a gRPC face").to_string();
     let client = Client::builder()
@@ -61,7 +61,7 @@ fn tls_face_serves_a_client_that_trusts_its_ca_and_refuses_plaintext() {
         .add_service(TortureServer::new(TortureService::default()))
         .grpc_listen("127.0.0.1:0")
         .grpc_tls(&read("server.pem"), &read("server.key"))
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("server starts");
     let addr = server.grpc_local_addr().unwrap().to_string();
     let client = TortureClient::new(
@@ -93,7 +93,7 @@ fn tls_face_with_a_bad_key_does_not_start() {
         .add_service(TortureServer::new(TortureService::default()))
         .grpc_listen("127.0.0.1:0")
         .grpc_tls(&read("server.pem"), b"not a key")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .err()
         .expect("a bad key is refused");
     assert!(err.to_string().contains("TLS"), "{err}");

@@ -92,7 +92,7 @@ fn face() -> (Server, String) {
         .ring(RING)
         .add_service(TortureServer::new(TortureService::default()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap();
     let addr = server.grpc_local_addr().unwrap().to_string();
     (server, addr)

@@ -90,7 +90,7 @@ fn stream_threads(execution: Execution, transport: TransportKind) -> BTreeSet<St
             }),
             execution,
         )
-        .serve("127.0.0.1:0", transport)
+        .start("127.0.0.1:0", transport)
         .expect("a server starts");
     let client = EchoClient::new(
         Client::builder()
@@ -184,7 +184,7 @@ fn an_inline_handlers_resumed_task_can_call_another_server() {
         let threads = Threads::default();
         let downstream = Server::builder()
             .add_service(EchoServer::new(NotingEcho { threads }))
-            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .start("127.0.0.1:0", TransportKind::Tcp)
             .expect("the downstream server starts");
         let relay = Server::builder()
             .add_service_with(
@@ -198,7 +198,7 @@ fn an_inline_handlers_resumed_task_can_call_another_server() {
                 }),
                 Execution::Inline,
             )
-            .serve("127.0.0.1:0", TransportKind::Tcp)
+            .start("127.0.0.1:0", TransportKind::Tcp)
             .expect("the relay starts");
         let client = EchoClient::new(
             Client::builder()

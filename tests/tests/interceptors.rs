@@ -25,7 +25,7 @@ fn server(service: TortureService) -> Server {
         })
         .add_service(TortureServer::new(service))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("server starts")
 }
 

@@ -25,7 +25,7 @@ fn serve(census: &Arc<Census>, max_calls: u32) -> Server {
         })
         .workers(2)
         .add_service(RaceServer::new(RaceService::new(census)))
-        .serve("127.0.0.1:0", T)
+        .start("127.0.0.1:0", T)
         .expect("a server starts")
 }
 

@@ -41,7 +41,7 @@ fn serve(addr: &str, transport: TransportKind) -> Server {
     Server::builder()
         .add_service(TortureServer::new(TortureService::default()))
         .stall_timeout(None)
-        .serve(addr, transport)
+        .start(addr, transport)
         .expect("server starts")
 }
 
@@ -150,7 +150,7 @@ fn a_message_stalled_in_reassembly_is_dropped_after_the_default_timeout() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let server = Server::builder()
         .add_service(TortureServer::new(TortureService::default()))
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .unwrap();
     let (wire, hello) = TcpWire::connect(server.local_addr(), RingConfig::default());
     let mut peer = Attacker::new(wire, hello);

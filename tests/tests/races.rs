@@ -41,7 +41,7 @@ fn serve(census: &Arc<Census>) -> Server {
     Server::builder()
         .workers(4)
         .add_service(RaceServer::new(RaceService::new(census)))
-        .serve("127.0.0.1:0", T)
+        .start("127.0.0.1:0", T)
         .expect("a server starts")
 }
 

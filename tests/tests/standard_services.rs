@@ -17,7 +17,7 @@ fn server() -> Server {
     Server::builder()
         .add_service(TortureServer::new(TortureService::default()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("server starts")
 }
 

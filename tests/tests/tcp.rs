@@ -70,7 +70,7 @@ fn a_tcp_server_holds_1000_idle_connections_in_shared_slots() {
         .keepalive(None)
         .workers(1)
         .add_service(TortureServer::new(TortureService::default()))
-        .serve("127.0.0.1:0", T)
+        .start("127.0.0.1:0", T)
         .expect("server starts");
     let mut wires = Vec::with_capacity(CONNS);
     for n in 0..CONNS {

@@ -15,22 +15,27 @@ fn serve() -> Server {
         .ring(RING)
         .add_service(TortureServer::new(TortureService::default()))
         .grpc_listen("127.0.0.1:0")
-        .serve("127.0.0.1:0", TransportKind::Tcp)
+        .start("127.0.0.1:0", TransportKind::Tcp)
         .expect("a server starts")
+}
+
+/// The application's runtime.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
 }
 
 #[test]
 fn an_async_client_connects_with_a_tonic_uri_and_awaits_its_calls() {
     with_watchdog("tonic-shaped client", Duration::from_secs(60), || {
         let server = serve();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime");
+        let runtime = runtime();
         runtime.block_on(async {
             let uri = format!("http://{}", server.local_addr());
-            let client = TortureClient::connect(uri).await.expect("connects");
+            let mut client = TortureClient::connect(uri).await.expect("connects");
             let req = payload(1, 100);
             let reply = client.echo(req.clone()).await.expect("echo");
             assert_eq!(reply.into_inner(), req);
@@ -62,7 +67,7 @@ fn an_async_client_connects_with_a_tonic_uri_and_awaits_its_calls() {
 
             // `grpc://` chooses standard gRPC: the server's face.
             let face = server.grpc_local_addr().expect("a face");
-            let grpc = TortureClient::connect(format!("grpc://{face}"))
+            let mut grpc = TortureClient::connect(format!("grpc://{face}"))
                 .await
                 .expect("connects to the face");
             assert_eq!(grpc.inner().transport_name(), "grpc");
@@ -79,4 +84,74 @@ fn an_async_client_connects_with_a_tonic_uri_and_awaits_its_calls() {
         });
         server.shutdown();
     });
+}
+
+/// The server in tonic's shape: `serve_with_shutdown(addr, signal)` spawned on tokio serves
+/// until the signal, then stops gracefully and completes; a dropped `serve` future stops
+/// its server too.
+#[test]
+fn serve_and_serve_with_shutdown_run_until_their_end() {
+    with_watchdog("tonic-shaped server", Duration::from_secs(60), || {
+        let runtime = runtime();
+        runtime.block_on(async {
+            let addr = free_port();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let serving = tokio::spawn(
+                Server::builder()
+                    .add_service(TortureServer::new(TortureService::default()))
+                    .serve_with_shutdown(addr, async {
+                        let _ = stopped.await;
+                    }),
+            );
+            let mut client = connect_when_up(addr).await;
+            let req = payload(7, 50);
+            assert_eq!(client.echo(req.clone()).await.unwrap().into_inner(), req);
+            stop.send(()).expect("the server waits for the signal");
+            serving
+                .await
+                .expect("the serving task")
+                .expect("served, then stopped");
+            let after = client.echo(req.clone()).await;
+            assert_eq!(after.map(drop).unwrap_err().code(), Code::Unavailable);
+
+            // `serve`: until its future is dropped (here: aborted with its task).
+            let addr = free_port();
+            let serving = tokio::spawn(
+                Server::builder()
+                    .add_service(TortureServer::new(TortureService::default()))
+                    .serve(addr),
+            );
+            let mut client = connect_when_up(addr).await;
+            assert_eq!(client.echo(req.clone()).await.unwrap().into_inner(), req);
+            serving.abort();
+            let _ = serving.await;
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                match client.echo(req.clone()).await {
+                    Err(status) if status.code() == Code::Unavailable => break,
+                    _ if std::time::Instant::now() > deadline => {
+                        panic!("the server outlived its dropped serve future")
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        });
+    });
+}
+
+/// A port free now on 127.0.0.1 (tonic-style servers are given their address).
+fn free_port() -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    probe.local_addr().expect("its address")
+}
+
+/// The async client of the server about to listen on `addr`.
+async fn connect_when_up(addr: std::net::SocketAddr) -> TortureClient {
+    for _ in 0..200 {
+        if let Ok(client) = TortureClient::connect(format!("http://{addr}")).await {
+            return client;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("nothing listens on {addr}");
 }

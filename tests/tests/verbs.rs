@@ -123,7 +123,7 @@ fn verbs_a_shared_receive_queue_serves_2048_connections() {
         .memory_budget(4 << 30)
         .workers(2)
         .add_service(TortureServer::new(TortureService::default()))
-        .serve(&format!("{ip}:0"), V)
+        .start(&format!("{ip}:0"), V)
         .expect("server starts");
     let server_addr: SocketAddr = server.local_addr().parse().unwrap();
     let server_none = server.registered_bytes();
@@ -204,7 +204,7 @@ fn verbs_2000_connect_call_close_cycles_leave_nothing_behind() {
     let server = rpc_core::Server::builder()
         .workers(2)
         .add_service(TortureServer::new(TortureService::default()))
-        .serve(&format!("{ip}:0"), V)
+        .start(&format!("{ip}:0"), V)
         .expect("server starts");
     let server_addr: SocketAddr = server.local_addr().parse().unwrap();
     let ep = VerbsEndpoint::new().unwrap();
@@ -281,7 +281,7 @@ fn verbs_connections_sharing_a_small_budget_of_sends_deliver_every_message() {
                 }))
                 .workers(2)
                 .add_service(RaceServer::new(RaceService::new(&census)))
-                .serve(&format!("{ip}:0"), V)
+                .start(&format!("{ip}:0"), V)
                 .expect("a server starts");
             let clients = [connect_race(&server), connect_race(&server)];
             std::thread::scope(|s| {
@@ -340,7 +340,7 @@ fn serve_race(ip: &str, census: &Arc<Census>) -> rpc_core::Server {
     rpc_core::Server::builder()
         .workers(2)
         .add_service(RaceServer::new(RaceService::new(census)))
-        .serve(&format!("{ip}:0"), V)
+        .start(&format!("{ip}:0"), V)
         .expect("a server starts")
 }
 

@@ -38,7 +38,7 @@ fn main() -> ExitCode {
 
     let server = match rpc_core::Server::builder()
         .add_service(CalculatorServer::new(CalculatorService))
-        .serve(&args.listen, args.transport.into())
+        .start(&args.listen, args.transport.into())
     {
         Ok(server) => server,
         Err(err) => {

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 
     let server = match rpc_core::Server::builder()
         .add_service_with(EchoServer::new(EchoService), rpc_core::Execution::Inline)
-        .serve(&args.listen, args.transport.into())
+        .start(&args.listen, args.transport.into())
     {
         Ok(server) => server,
         Err(err) => {

@@ -49,7 +49,7 @@ fn main() -> ExitCode {
     if let Some(addr) = &args.grpc_listen {
         builder = builder.grpc_listen(addr);
     }
-    let server = match builder.serve(listen, args.transport.into()) {
+    let server = match builder.start(listen, args.transport.into()) {
         Ok(server) => server,
         Err(err) => {
             eprintln!(

@@ -164,7 +164,10 @@ fn docs_with(method: &Method, lines: &[&str]) -> TokenStream {
     doc_attrs(&all)
 }
 
-/// The async client's function for `method` (the `index`th of the service).
+/// The async client's function for `method` (the `index`th of the service). It takes
+/// `&mut self`, as tonic's do (a tonic program's `let mut client` stays as it is); its
+/// future holds a clone of the connection, not the borrow, so several calls may be in
+/// flight from one client.
 fn async_function(index: usize, method: &Method) -> TokenStream {
     let name = ident(&method.rust_name);
     let input = message_type(&method.input_type);
@@ -187,7 +190,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
             quote! {
                 #docs
                 pub fn #name(
-                    &self,
+                    &mut self,
                     request: impl #cg::IntoRequest<#input>,
                 ) -> #cg::ResponseFuture<#output> {
                     self.inner.unary_async(
@@ -210,7 +213,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
             quote! {
                 #docs
                 pub fn #name(
-                    &self,
+                    &mut self,
                     request: impl #cg::IntoRequest<#input>,
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status>,
@@ -233,7 +236,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
             quote! {
                 #docs
                 pub fn #name(
-                    &self,
+                    &mut self,
                     requests: impl #cg::IntoStreamingRequest<Message = #input>,
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#output>, #status>,
@@ -253,7 +256,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
             quote! {
                 #docs
                 pub fn #name(
-                    &self,
+                    &mut self,
                     requests: impl #cg::IntoStreamingRequest<Message = #input>,
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status>,

@@ -135,17 +135,17 @@ mod tests {
             "pub fn inner(&self) -> &::rpc_core::codegen::Client",
             // The async client: tonic's names.
             "/// Does Add. /// /// Calls `Add`: the future completes when the response arrives.",
-            "pub fn add(&self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
+            "pub fn add(&mut self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
              -> ::rpc_core::codegen::ResponseFuture<super::AddReply>",
             "self.inner.unary_async(&METHODS[0usize],",
             // The streaming ones' futures hold a clone of the connection, not `&self`.
-            "pub fn sum(&self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
+            "pub fn sum(&mut self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
              -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<super::SumReply>, ::rpc_core::codegen::Status>,>",
-            "pub fn count(&self, request: impl ::rpc_core::codegen::IntoRequest<super::CountRequest>,) \
+            "pub fn count(&mut self, request: impl ::rpc_core::codegen::IntoRequest<super::CountRequest>,) \
              -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::CountReply>>, ::rpc_core::codegen::Status>,>",
             "let inner = self.inner.clone();",
-            "pub fn chat(&self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::ChatRequest>,)",
-            "pub fn r#match(&self, request: impl ::rpc_core::codegen::IntoRequest<super::MatchRequest>,) \
+            "pub fn chat(&mut self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::ChatRequest>,)",
+            "pub fn r#match(&mut self, request: impl ::rpc_core::codegen::IntoRequest<super::MatchRequest>,) \
              -> ::rpc_core::codegen::ResponseFuture<super::MatchReply>",
             // The blocking client, one module deeper.
             "pub mod blocking",

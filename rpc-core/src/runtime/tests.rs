@@ -74,7 +74,7 @@ fn serve(addr: &str, ring: RingConfig) -> Server {
             calls: Arc::new(AtomicUsize::new(0)),
         })
         .method_execution("/t.Test/Panic", Execution::Inline)
-        .serve(addr, TransportKind::Tcp)
+        .start(addr, TransportKind::Tcp)
         .expect("serve")
 }
 

@@ -287,11 +287,42 @@ impl ServerBuilder {
         Ok(routes)
     }
 
+    /// tonic's `serve`: binds `addr` (RDMA verbs if a device serves it, else TCP) and
+    /// serves until the future is dropped, which stops the server gracefully (on a thread
+    /// of its own: the drop does not wait). Fails only if the server cannot start. Await it
+    /// from any executor; [`ServerBuilder::start`] returns a handle instead.
+    pub async fn serve(self, addr: std::net::SocketAddr) -> Result<(), Error> {
+        self.serve_with_shutdown(addr, std::future::pending()).await
+    }
+
+    /// tonic's `serve_with_shutdown`: [`ServerBuilder::serve`] until `signal` completes, then
+    /// a graceful shutdown (stop accepting, GOODBYE, calls in flight finish within 5 s); the
+    /// future completes when the server has stopped.
+    pub async fn serve_with_shutdown(
+        self,
+        addr: std::net::SocketAddr,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> Result<(), Error> {
+        let mut running = StopOnDrop(Some(self.start(&addr.to_string(), TransportKind::Auto)?));
+        signal.await;
+        let server = running.0.take().expect("stopped only here or on drop");
+        let (stopped, done) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("rpc-shutdown".into())
+            .spawn(move || {
+                server.shutdown();
+                let _ = stopped.send(());
+            })?;
+        let _ = done.await;
+        Ok(())
+    }
+
     /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool.
-    /// Built inside a tokio runtime without a [`ServerBuilder::thread_context`], the
-    /// server's threads enter that runtime, so handlers may use its timers and sockets as
-    /// they would in tonic.
-    pub fn serve(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
+    /// Returns the running server's handle (its address, counters, shutdown); dropping it
+    /// shuts the server down. Built inside a tokio runtime without a
+    /// [`ServerBuilder::thread_context`], the server's threads enter that runtime, so
+    /// handlers may use its timers and sockets as they would in tonic.
+    pub fn start(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
         self.ring.validate()?;
         if self.thread_context.is_none() {
             self.thread_context = surrounding_tokio_runtime();
@@ -541,6 +572,25 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown_inner(Duration::from_secs(5));
+    }
+}
+
+/// A server that a dropped [`ServerBuilder::serve`] future leaves behind: shut down on a
+/// thread of its own, so that the drop (on an executor's thread, say) does not wait for the
+/// calls in flight.
+struct StopOnDrop(Option<Server>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(server) = self.0.take() {
+            let spawned = std::thread::Builder::new()
+                .name("rpc-shutdown".into())
+                .spawn(move || server.shutdown());
+            if let Err(e) = spawned {
+                // The server is dropped with the closure: it shuts down here after all.
+                tracing::warn!(error = %e, "no thread to shut the server down on");
+            }
+        }
     }
 }
 
