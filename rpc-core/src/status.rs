@@ -77,10 +77,35 @@ impl Status {
         Status::from(WireStatus::new(code, message))
     }
 
-    /// The same status with `metadata` (sent as trailers).
-    pub fn with_metadata(mut self, metadata: MetadataMap) -> Status {
-        self.0.metadata = metadata;
-        self
+    /// A status with metadata (sent as the call's trailers), as tonic's constructor.
+    pub fn with_metadata(code: Code, message: impl Into<String>, metadata: MetadataMap) -> Status {
+        let mut status = Status::new(code, message);
+        status.0.metadata = metadata;
+        status
+    }
+
+    /// A status with binary `details` (sent as `grpc-status-details-bin`; by convention a
+    /// serialized `google.rpc.Status`), as tonic's constructor: a `Vec<u8>`, tonic's `Bytes`
+    /// or a slice.
+    pub fn with_details(
+        code: Code,
+        message: impl Into<String>,
+        details: impl Into<Vec<u8>>,
+    ) -> Status {
+        Status::from(WireStatus::new(code, message).with_details(details))
+    }
+
+    /// A status with details and metadata (see [`Status::with_details`],
+    /// [`Status::with_metadata`]).
+    pub fn with_details_and_metadata(
+        code: Code,
+        message: impl Into<String>,
+        details: impl Into<Vec<u8>>,
+        metadata: MetadataMap,
+    ) -> Status {
+        let mut status = Status::with_details(code, message, details);
+        status.0.metadata = metadata;
+        status
     }
 
     /// The metadata (a client sees the call's trailers here).
@@ -91,14 +116,6 @@ impl Status {
     /// The metadata, mutably.
     pub fn metadata_mut(&mut self) -> &mut MetadataMap {
         &mut self.0.metadata
-    }
-
-    /// The same status with binary `details` (sent as `grpc-status-details-bin`).
-    pub fn with_details(mut self, details: impl Into<Vec<u8>>) -> Status {
-        let wire = &mut self.0.wire;
-        let taken = std::mem::replace(wire, WireStatus::new(Code::Ok, String::new()));
-        *wire = taken.with_details(details);
-        self
     }
 
     /// The binary details (empty when there are none).
@@ -159,5 +176,25 @@ mod tests {
         let s = Status::invalid_argument("division by zero");
         assert_eq!(s.to_string(), "INVALID_ARGUMENT: division by zero");
         assert_eq!(Status::new(Code::Internal, "").to_string(), "INTERNAL");
+    }
+
+    #[test]
+    fn tonic_constructors_carry_details_and_metadata() {
+        let details = bytes::Bytes::from_static(&[8, 1]);
+        let s = Status::with_details(Code::NotFound, "no such key", details);
+        assert_eq!(
+            (s.code(), s.message(), s.details()),
+            (Code::NotFound, "no such key", &[8u8, 1][..])
+        );
+        assert!(s.metadata().is_empty());
+        let mut md = MetadataMap::new();
+        md.insert("retry-after", "5").unwrap();
+        let s = Status::with_metadata(Code::Unavailable, "busy", md.clone());
+        assert_eq!((s.details(), s.metadata()), (&[][..], &md));
+        let s = Status::with_details_and_metadata(Code::Aborted, "", &[3u8][..], md.clone());
+        assert_eq!(
+            (s.code(), s.details(), s.metadata()),
+            (Code::Aborted, &[3u8][..], &md)
+        );
     }
 }

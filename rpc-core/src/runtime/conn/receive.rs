@@ -508,9 +508,7 @@ pub(super) fn status_from_trailers(code: Code, trailers: &[u8]) -> Status {
             _ => {}
         }
     }
-    Status::new(code, message)
-        .with_details(details)
-        .with_metadata(MetadataMap::from_block(trailers))
+    Status::with_details_and_metadata(code, message, details, MetadataMap::from_block(trailers))
 }
 
 /// A whole request's metadata, copied out, and its message, still in the frame unless it

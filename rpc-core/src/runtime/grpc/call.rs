@@ -112,7 +112,7 @@ impl GrpcCall {
     pub(crate) fn reply(&self, headers: MetadataMap, message: &dyn Encode, trailers: MetadataMap) {
         self.headers(headers);
         self.out.push(Outbound::Message(frame_message(message)));
-        self.end(Status::new(Code::Ok, "").with_metadata(trailers));
+        self.end(Status::with_metadata(Code::Ok, "", trailers));
     }
 
     /// Server: ends the call with `status` (OK: its metadata are the trailers).

@@ -199,13 +199,14 @@ pub(crate) fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
                 .into_owned()
         })
         .unwrap_or_default();
-    let mut status = Status::new(code, message).with_metadata(metadata_from_headers(headers));
-    if let Some(details) = headers.get("grpc-status-details-bin") {
-        if let Ok(details) = BASE64_ANY_PADDING.decode(details.as_bytes()) {
-            status = status.with_details(details);
-        }
-    }
-    Some(status)
+    let details = headers
+        .get("grpc-status-details-bin")
+        .and_then(|details| BASE64_ANY_PADDING.decode(details.as_bytes()).ok())
+        .unwrap_or_default();
+    let metadata = metadata_from_headers(headers);
+    Some(Status::with_details_and_metadata(
+        code, message, details, metadata,
+    ))
 }
 
 /// The code of a response whose HTTP status is not 200 (gRPC's "HTTP to gRPC status code
@@ -296,12 +297,12 @@ mod tests {
         let mut md = MetadataMap::new();
         md.insert_bin("trace-bin", &[0, 0xab, 0xff]).unwrap();
         md.insert("x-id", "7").unwrap();
-        let status = Status::new(
+        let status = Status::with_details_and_metadata(
             Code::Unknown,
             "\t\ntest with whitespace\r\nand Unicode BMP ☺ and non-BMP 😈\t\n",
-        )
-        .with_details(vec![1, 2, 3])
-        .with_metadata(md.clone());
+            vec![1, 2, 3],
+            md.clone(),
+        );
         let mut headers = HeaderMap::new();
         status_to_headers(&status, &mut headers);
         assert!(headers["grpc-message"].to_str().is_ok());

@@ -251,7 +251,7 @@ impl ReplySink {
         self.done = true;
         self.port.end(
             self.id,
-            Status::new(crate::Code::Ok, "").with_metadata(trailers),
+            Status::with_metadata(crate::Code::Ok, "", trailers),
         );
     }
 
