@@ -107,7 +107,9 @@ pub mod transport;
 pub use error::Error;
 pub use interceptor::Interceptor;
 pub use metadata::MetadataMap;
-pub use request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response};
+pub use request::{
+    Extensions, IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response,
+};
 pub use rpc_proto::Code;
 pub use rpc_proto::Keepalive;
 pub use runtime::client::{

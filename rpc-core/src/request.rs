@@ -6,16 +6,34 @@ use std::time::{Duration, Instant};
 
 use crate::MetadataMap;
 
+/// Values of any type a call's parts carry for the program itself, never sent (tonic's
+/// `Extensions`, the `http` crate's type map): a server interceptor puts what it learned
+/// (the authenticated user, say) into the request's, and the handler reads it there, where
+/// metadata could have come from the client.
+pub use http::Extensions;
+
 /// A request message with its call metadata. Clients build one to set a per-call timeout or
 /// metadata (`Request::new(msg).with_timeout(d)`); handlers receive one and can read the
-/// deadline, the metadata and the peer.
-#[derive(Debug, Clone, PartialEq)]
+/// deadline, the metadata, the peer and the extensions a server interceptor set.
+#[derive(Debug, Clone)]
 pub struct Request<T> {
     message: T,
     metadata: MetadataMap,
     timeout: Option<Duration>,
     deadline: Option<Instant>,
     peer: Option<Arc<str>>,
+    extensions: Extensions,
+}
+
+impl<T: PartialEq> PartialEq for Request<T> {
+    /// The message and what travels with it; extensions (values of any type) take no part.
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+            && self.metadata == other.metadata
+            && self.timeout == other.timeout
+            && self.deadline == other.deadline
+            && self.peer == other.peer
+    }
 }
 
 impl<T> Request<T> {
@@ -28,6 +46,7 @@ impl<T> Request<T> {
             timeout: None,
             deadline: None,
             peer: None,
+            extensions: Extensions::new(),
         }
     }
 
@@ -95,6 +114,7 @@ impl<T> Request<T> {
             timeout: self.timeout,
             deadline: self.deadline,
             peer: self.peer,
+            extensions: self.extensions,
         }
     }
 
@@ -117,6 +137,7 @@ impl<T> Request<T> {
         metadata: MetadataMap,
         deadline: Option<Instant>,
         peer: Arc<str>,
+        extensions: Extensions,
     ) -> Self {
         Request {
             message,
@@ -125,7 +146,18 @@ impl<T> Request<T> {
             timeout: None,
             deadline,
             peer: Some(peer),
+            extensions,
         }
+    }
+
+    /// The request's extensions: on a server, what its interceptor put there.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The request's extensions, mutably (an interceptor inserts here).
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
     }
 }
 
@@ -152,11 +184,21 @@ impl<T> IntoRequest<T> for Request<T> {
 
 /// A response message (or stream) with its metadata: the response headers, and for a call
 /// that answers with one message, the trailers the server sent with its status.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Response<T> {
     message: T,
     metadata: MetadataMap,
     trailers: MetadataMap,
+    extensions: Extensions,
+}
+
+impl<T: PartialEq> PartialEq for Response<T> {
+    /// The message, headers and trailers; extensions (values of any type) take no part.
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+            && self.metadata == other.metadata
+            && self.trailers == other.trailers
+    }
 }
 
 impl<T> Response<T> {
@@ -167,6 +209,7 @@ impl<T> Response<T> {
             message,
             metadata: MetadataMap::new(),
             trailers: MetadataMap::new(),
+            extensions: Extensions::new(),
         }
     }
 
@@ -213,7 +256,18 @@ impl<T> Response<T> {
             message: f(self.message),
             metadata: self.metadata,
             trailers: self.trailers,
+            extensions: self.extensions,
         }
+    }
+
+    /// The response's extensions: values of any type for the program itself, never sent.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The response's extensions, mutably.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
     }
 
     /// The message, the headers and the trailers.
@@ -229,6 +283,7 @@ impl<T> Response<T> {
             message,
             metadata,
             trailers,
+            extensions: Extensions::new(),
         }
     }
 }

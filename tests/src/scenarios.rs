@@ -21,10 +21,22 @@ pub struct TortureService {
     pub calls: Arc<AtomicUsize>,
 }
 
+/// The caller a server interceptor authenticated, put into the request's extensions for the
+/// handler (`TortureService::echo` answers it as the `x-caller` response header).
+#[derive(Debug, Clone)]
+pub struct Caller(pub String);
+
 impl Torture for TortureService {
     async fn echo(&self, request: Request<Payload>) -> Result<Response<Payload>, Status> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        Ok(Response::new(request.into_inner()))
+        // Who a server interceptor said the caller is, if one did: answered as the
+        // `x-caller` response header.
+        let caller = request.extensions().get::<Caller>().cloned();
+        let mut response = Response::new(request.into_inner());
+        if let Some(Caller(name)) = caller {
+            response.metadata_mut().insert("x-caller", &name)?;
+        }
+        Ok(response)
     }
 
     async fn sleep(&self, request: Request<SleepRequest>) -> Result<Response<Nothing>, Status> {

@@ -1,12 +1,14 @@
 //! Client and server interceptors, over TCP and over the gRPC face: a server interceptor
-//! refuses calls without a token before any handler runs, a client interceptor adds the
-//! token, and a client interceptor's error fails the call without sending it.
+//! refuses calls without a token before any handler runs, and hands the handler who the
+//! caller is through the request's extensions (which a client cannot forge); a client
+//! interceptor adds the token, and a client interceptor's error fails the call without
+//! sending it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rpc_core::{Client, Code, Request, Server, Status, TransportKind};
-use rpc_tests::scenarios::{payload, TortureService, RING};
+use rpc_tests::scenarios::{payload, Caller, TortureService, RING};
 use rpc_tests::testing::torture_client::blocking::TortureClient;
 use rpc_tests::testing::torture_server::TortureServer;
 
@@ -16,8 +18,11 @@ fn server(service: TortureService) -> Server {
     Server::builder()
         .ring(RING)
         .workers(2)
-        .interceptor(|request: Request<()>| {
+        .interceptor(|mut request: Request<()>| {
             if request.metadata().get("authorization") == Some(TOKEN) {
+                request
+                    .extensions_mut()
+                    .insert(Caller("the token holder".into()));
                 Ok(request)
             } else {
                 Err(Status::unauthenticated("a valid token is required"))
@@ -36,10 +41,10 @@ fn client(server: &Server, transport: TransportKind, with_token: bool) -> Tortur
     let mut builder = Client::builder().transport(transport).ring(RING);
     if with_token {
         builder = builder.interceptor(|mut request: Request<()>| {
-            request
-                .metadata_mut()
-                .insert("authorization", TOKEN)
-                .unwrap();
+            let metadata = request.metadata_mut();
+            metadata.insert("authorization", TOKEN).unwrap();
+            // A forgery: the handler reads the caller from the extensions only.
+            metadata.insert("x-caller", "a forger").unwrap();
             Ok(request)
         });
     }
@@ -64,7 +69,13 @@ fn check(transport: TransportKind) {
 
     let trusted = client(&server, transport, true);
     let req = payload(2, 64);
-    assert_eq!(trusted.echo(req.clone()).unwrap().into_inner(), req);
+    let echoed = trusted.echo(req.clone()).unwrap();
+    assert_eq!(
+        echoed.metadata().get_all("x-caller").collect::<Vec<_>>(),
+        [&b"the token holder"[..]],
+        "the interceptor's extension reached the handler"
+    );
+    assert_eq!(echoed.into_inner(), req);
     let copies = trusted
         .watch(req.clone())
         .unwrap()

@@ -92,12 +92,21 @@ impl Shared {
             ));
             return;
         }
-        let metadata = match &self.interceptor {
-            None => metadata,
+        let (metadata, extensions) = match &self.interceptor {
+            None => (metadata, crate::Extensions::new()),
             Some(interceptor) => {
-                let head = Request::from_incoming((), metadata, deadline, Arc::clone(&peer));
+                let head = Request::from_incoming(
+                    (),
+                    metadata,
+                    deadline,
+                    Arc::clone(&peer),
+                    crate::Extensions::new(),
+                );
                 match interceptor.apply(head) {
-                    Ok(mut head) => std::mem::take(head.metadata_mut()),
+                    Ok(mut head) => (
+                        std::mem::take(head.metadata_mut()),
+                        std::mem::take(head.extensions_mut()),
+                    ),
                     Err(status) => {
                         drop(body);
                         refuse(status);
@@ -124,6 +133,7 @@ impl Shared {
             deadline,
             metadata,
             peer,
+            extensions,
         };
         let reply = ReplySink {
             port,

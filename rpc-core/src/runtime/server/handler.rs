@@ -104,6 +104,8 @@ pub struct IncomingRequest {
     pub(super) deadline: Option<Instant>,
     pub(super) metadata: MetadataMap,
     pub(super) peer: Arc<str>,
+    /// What the server's interceptor put into the request's extensions.
+    pub(super) extensions: crate::Extensions,
 }
 
 /// The messages of an [`IncomingRequest`].
@@ -148,6 +150,7 @@ impl IncomingRequest {
             self.metadata,
             self.deadline,
             self.peer,
+            self.extensions,
         ))
     }
 
@@ -172,7 +175,13 @@ impl IncomingRequest {
                 Streaming::new(shared, None, Reader::Server, self.method.path)
             }
         };
-        Request::from_incoming(streaming, self.metadata, self.deadline, self.peer)
+        Request::from_incoming(
+            streaming,
+            self.metadata,
+            self.deadline,
+            self.peer,
+            self.extensions,
+        )
     }
 }
 
