@@ -11,10 +11,10 @@ pub use crate::runtime::server::handlers::{
     bidi_streaming, bidi_streaming_async, client_streaming, client_streaming_async,
     server_streaming, server_streaming_async, unary, unary_async,
 };
-pub use crate::runtime::server::{IncomingRequest, ReplySink, Service};
+pub use crate::runtime::server::{IncomingRequest, InterceptedService, ReplySink, Service};
 pub use crate::runtime::service::{method_id, MethodDescriptor, MethodKind, ServiceDescriptor};
 pub use crate::runtime::streaming::Streaming;
 pub use crate::{Code, Status};
-pub use crate::{Error, MetadataMap};
+pub use crate::{Error, Interceptor, MetadataMap};
 pub use futures_core::Stream;
 pub use prost;

@@ -115,7 +115,9 @@ pub use rpc_proto::Keepalive;
 pub use runtime::client::{
     Client, ClientBuilder, ResponseFuture, StreamingCall, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use runtime::server::{Execution, IncomingRequest, ReplySink, Server, ServerBuilder};
+pub use runtime::server::{
+    Execution, IncomingRequest, InterceptedService, ReplySink, Server, ServerBuilder,
+};
 pub use runtime::streaming::{BlockingIter, Streaming};
 pub use runtime::transport_select::TransportKind;
 #[doc(hidden)]

@@ -179,6 +179,8 @@ mod tests {
             "impl<T: Calculator> CalculatorServer<T>",
             "pub fn new(inner: T) -> Self",
             "pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self",
+            "pub fn with_interceptor(inner: T, interceptor: impl ::rpc_core::codegen::Interceptor,) \
+             -> ::rpc_core::codegen::InterceptedService<Self>",
             "impl<T: Calculator> ::rpc_core::codegen::Service for CalculatorServer<T>",
             "fn descriptor(&self) -> &'static ::rpc_core::codegen::ServiceDescriptor { &SERVICE }",
             "0usize => { let inner = ::std::sync::Arc::clone(&self.inner); \

@@ -107,6 +107,16 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                     Self { inner }
                 }
 
+                /// Serves `inner` behind `interceptor`, which sees this service's calls only
+                /// (tonic's `with_interceptor`): it may check or change their metadata, put
+                /// values into their extensions, or refuse them with a status.
+                pub fn with_interceptor(
+                    inner: #generic,
+                    interceptor: impl ::rpc_core::codegen::Interceptor,
+                ) -> ::rpc_core::codegen::InterceptedService<Self> {
+                    ::rpc_core::codegen::InterceptedService::new(Self::new(inner), interceptor)
+                }
+
                 /// The handler implementation.
                 pub fn inner(&self) -> &::std::sync::Arc<#generic> {
                     &self.inner

@@ -34,6 +34,9 @@ pub(super) struct Route {
     pub(super) index: usize,
     pub(super) method: &'static MethodDescriptor,
     pub(super) execution: Execution,
+    /// Whether the server's interceptor sees this method's calls (not the standard
+    /// services', unless asked).
+    pub(super) intercepted: bool,
 }
 
 /// What the poller, the gRPC face and the handlers share.
@@ -92,7 +95,8 @@ impl Shared {
             ));
             return;
         }
-        let (metadata, extensions) = match &self.interceptor {
+        let interceptor = self.interceptor.as_ref().filter(|_| route.intercepted);
+        let (metadata, extensions) = match interceptor {
             None => (metadata, crate::Extensions::new()),
             Some(interceptor) => {
                 let head = Request::from_incoming(

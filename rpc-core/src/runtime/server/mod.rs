@@ -4,6 +4,7 @@
 mod dispatch;
 mod handler;
 pub(crate) mod handlers;
+mod intercepted;
 mod spare_tasks;
 
 use foldhash::{HashMap, HashMapExt};
@@ -31,6 +32,7 @@ use dispatch::Route;
 pub(crate) use dispatch::Shared;
 use handler::Calls;
 pub use handler::{IncomingRequest, ReplySink, Service};
+pub use intercepted::InterceptedService;
 
 /// Configures a [`Server`]: its services, where their handlers run, its ring sizes.
 pub struct ServerBuilder {
@@ -46,6 +48,11 @@ pub struct ServerBuilder {
     services: Vec<(Arc<dyn Service>, Execution)>,
     method_execution: HashMap<String, Execution>,
     thread_context: Option<ThreadContext>,
+    /// Services added by the builder's user: the first this many of `services` (the
+    /// standard ones follow); only they pass the server's interceptor, unless
+    /// `intercept_standard_services`.
+    own_services: usize,
+    intercept_standard_services: bool,
     grpc_listen: Option<String>,
     grpc_runtime: Option<tokio::runtime::Handle>,
     grpc_tls: Option<(Vec<u8>, Vec<u8>)>,
@@ -68,6 +75,8 @@ impl Default for ServerBuilder {
             services: Vec::new(),
             method_execution: HashMap::new(),
             thread_context: None,
+            own_services: 0,
+            intercept_standard_services: false,
             grpc_listen: None,
             grpc_runtime: None,
             grpc_tls: None,
@@ -199,11 +208,22 @@ impl ServerBuilder {
         self
     }
 
-    /// Runs `interceptor` on every request (over every transport, the gRPC face's too)
-    /// before its handler: it may check or change the metadata the handler sees, or refuse
-    /// the call with a status (the handler then never runs).
+    /// Runs `interceptor` on every request to the services added here (over every
+    /// transport, the gRPC face's too) before its handler: it may check or change the
+    /// metadata the handler sees, put values into the request's extensions for it, or refuse
+    /// the call with a status (the handler then never runs). The standard services (health,
+    /// reflection) are not intercepted, so that a token check does not turn health probes
+    /// away, unless [`ServerBuilder::intercept_standard_services`]. For one service only:
+    /// its generated server's `with_interceptor`, as tonic's.
     pub fn interceptor(mut self, interceptor: impl Interceptor) -> Self {
         self.interceptor = Some(SharedInterceptor(Arc::new(interceptor)));
+        self
+    }
+
+    /// Whether the [`ServerBuilder::interceptor`] also sees the standard services' calls
+    /// (default: no).
+    pub fn intercept_standard_services(mut self, intercept: bool) -> Self {
+        self.intercept_standard_services = intercept;
         self
     }
 
@@ -234,7 +254,8 @@ impl ServerBuilder {
 
     fn routes(&self) -> Result<HashMap<u32, Route>, Error> {
         let mut routes: HashMap<u32, Route> = HashMap::new();
-        for (service, execution) in &self.services {
+        for (position, (service, execution)) in self.services.iter().enumerate() {
+            let intercepted = position < self.own_services || self.intercept_standard_services;
             let desc = service.descriptor();
             for (index, method) in desc.methods.iter().enumerate() {
                 if let Some(existing) = routes.get(&method.id) {
@@ -273,6 +294,7 @@ impl ServerBuilder {
                         index,
                         method,
                         execution,
+                        intercepted,
                     },
                 );
             }
@@ -327,6 +349,7 @@ impl ServerBuilder {
         if self.thread_context.is_none() {
             self.thread_context = surrounding_tokio_runtime();
         }
+        self.own_services = self.services.len();
         let mut stopping = None;
         if self.standard_services {
             let own: Vec<Arc<dyn Service>> =
