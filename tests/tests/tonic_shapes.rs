@@ -1,6 +1,8 @@
 //! The client in tonic's shape: a generated async client connected with tonic's
 //! `http://host:port` URI from inside a tokio runtime, its calls awaited under the proto's
-//! names; `grpc://` reaching the gRPC face; the blocking client on the same connection.
+//! names; `grpc://` reaching the gRPC face, and `http://` too (an HTTP/2 server is called
+//! over standard gRPC); the blocking client on the same connection. The server in tonic's
+//! shape: `serve` and `serve_with_shutdown`.
 
 use std::time::Duration;
 
@@ -73,6 +75,21 @@ fn an_async_client_connects_with_a_tonic_uri_and_awaits_its_calls() {
             assert_eq!(grpc.inner().transport_name(), "grpc");
             assert_eq!(
                 grpc.echo(req.clone()).await.expect("echo").into_inner(),
+                req
+            );
+
+            // `http://` to an HTTP/2 server (here the face; a tonic server alike): our HELLO
+            // is answered with its SETTINGS, and the client calls it over standard gRPC.
+            let mut fallen_back = TortureClient::connect(format!("http://{face}"))
+                .await
+                .expect("connects to the face");
+            assert_eq!(fallen_back.inner().transport_name(), "grpc");
+            assert_eq!(
+                fallen_back
+                    .echo(req.clone())
+                    .await
+                    .expect("echo")
+                    .into_inner(),
                 req
             );
 

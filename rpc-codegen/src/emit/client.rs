@@ -81,8 +81,9 @@ pub fn tokens(service: &Service) -> TokenStream {
                 }
 
                 /// Connects to `dst` with the default settings: tonic's `http://host:port`
-                /// (RDMA when both sides can, else TCP), or `tcp://`, `verbs://`, `grpc://`
-                /// to choose, or a bare `host:port`. The connection is made on a thread of
+                /// (RDMA when both sides can, else TCP, else standard gRPC when an HTTP/2
+                /// server answers), or `tcp://`, `verbs://`, `grpc://` to choose, or a bare
+                /// `host:port`. The connection is made on a thread of
                 /// its own: the future does not block its executor.
                 pub async fn connect(
                     dst: impl ::core::convert::AsRef<str>,

@@ -405,6 +405,16 @@ struct Handshake {
     destination: Destination,
 }
 
+impl Handshake {
+    /// The peer's first two bytes, if they are not this protocol's magic: it speaks another
+    /// protocol (an HTTP/2 server's SETTINGS frame, say), which a client told so may try
+    /// standard gRPC instead.
+    fn foreign_magic(&self) -> Option<[u8; 2]> {
+        let start = [self.frame[0], self.frame[1]];
+        (self.got >= 2 && start != *b"RP").then_some(start)
+    }
+}
+
 /// An established link's read side: the frame being read.
 struct Reading {
     conn: Arc<TcpConn>,
@@ -898,7 +908,11 @@ impl IoLoop {
             Entry::Hello(mut h) => {
                 let _ = self.poll.registry().deregister(&mut h.stream);
                 tracing::debug!(peer = %h.peer_name, %reason, "TCP handshake failed");
-                self.deliver(h.destination, Err(Error::ConnectionClosed(reason)));
+                let error = match h.foreign_magic() {
+                    Some(magic) => Error::BadMagic(magic),
+                    None => Error::ConnectionClosed(reason),
+                };
+                self.deliver(h.destination, Err(error));
             }
             Entry::Open(r) => {
                 // The socket stays registered until its last handle closes it; its token is

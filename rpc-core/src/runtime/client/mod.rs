@@ -199,7 +199,9 @@ impl ClientBuilder {
     /// Connects to `addr`: `ip:port`, or `mem:NAME` for the in-process transport, with the
     /// builder's transport (with [`TransportKind::Grpc`], `host:port` of any gRPC server);
     /// tonic's `http://host:port` the same; `tcp://`, `verbs://` or `grpc://` before the
-    /// address chooses the transport, whatever the builder's.
+    /// address chooses the transport, whatever the builder's. With [`TransportKind::Auto`],
+    /// a server that answers in another protocol (an HTTP/2 server's SETTINGS where our
+    /// HELLO should be: a tonic server, say) is called over standard gRPC instead.
     pub fn connect(mut self, addr: &str) -> Result<Client, Error> {
         let (forced, addr) = parse_target(addr)?;
         if let Some(transport) = forced {
@@ -269,7 +271,21 @@ impl ClientBuilder {
             ring: self.ring,
             connect_timeout: self.connect_timeout,
         };
-        let conn = native.connect_link().inspect_err(|_| native.stop())?;
+        let conn = match native.connect_link() {
+            Ok(conn) => conn,
+            // An HTTP/2 server (a tonic one, say) answered our HELLO with its SETTINGS:
+            // with no transport asked for, it is called over standard gRPC instead.
+            Err(Error::BadMagic(magic)) if self.transport == TransportKind::Auto => {
+                native.stop();
+                tracing::info!(%addr, ?magic, "the server speaks another protocol; trying standard gRPC");
+                self.transport = TransportKind::Grpc;
+                return self.connect(addr);
+            }
+            Err(e) => {
+                native.stop();
+                return Err(e);
+            }
+        };
         *native.conn.write() = Some(conn);
         tracing::debug!(%addr, transport = native.connector.name(), "connected");
         Ok(Client {
