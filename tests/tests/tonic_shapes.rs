@@ -172,3 +172,37 @@ async fn connect_when_up(addr: std::net::SocketAddr) -> TortureClient {
     }
     panic!("nothing listens on {addr}");
 }
+
+/// One TCP port, both protocols (docs/PROTOCOL.md §4.5): a server without `grpc_listen`
+/// serves a standard gRPC client on its own port, beside clients of this protocol, and goes
+/// on serving both.
+#[test]
+fn a_tcp_server_serves_standard_grpc_on_its_own_port() {
+    with_watchdog("gRPC on the server's port", Duration::from_secs(60), || {
+        let server = Server::builder()
+            .ring(RING)
+            .add_service(TortureServer::new(TortureService::default()))
+            .start("127.0.0.1:0", TransportKind::Tcp)
+            .expect("a server starts");
+        assert_eq!(server.grpc_local_addr(), None, "no second address");
+        let port = server.local_addr().to_string();
+        for round in 0..2u64 {
+            let ours = blocking::TortureClient::connect(&format!("tcp://{port}")).unwrap();
+            assert_eq!(ours.inner().transport_name(), "tcp");
+            let grpc = blocking::TortureClient::connect(&format!("grpc://{port}")).unwrap();
+            assert_eq!(grpc.inner().transport_name(), "grpc");
+            for (client, id) in [(&ours, 10 + round), (&grpc, 20 + round)] {
+                let req = payload(id, 300);
+                assert_eq!(client.echo(req.clone()).unwrap().into_inner(), req);
+                let copies = client
+                    .watch(req.clone())
+                    .unwrap()
+                    .into_inner()
+                    .into_blocking_iter()
+                    .count();
+                assert_eq!(copies, 3);
+            }
+        }
+        server.shutdown();
+    });
+}

@@ -178,7 +178,10 @@ pub(crate) fn server_transport(
     kind: TransportKind,
     ring: RingConfig,
     shared: Option<SharedRings>,
-    context: Option<ThreadContext>,
+    (context, http2): (
+        Option<ThreadContext>,
+        Option<crate::transport::Http2Handoff>,
+    ),
 ) -> Result<ServerTransport, Error> {
     if let Some(name) = addr.strip_prefix("mem:") {
         let cq = ChannelCq::polled();
@@ -203,7 +206,7 @@ pub(crate) fn server_transport(
         }
     }
     let cq = ChannelCq::new();
-    let acceptor = tcp::TcpAcceptor::bind(sa, (ring, shared), cq.clone(), context)?;
+    let acceptor = tcp::TcpAcceptor::bind(sa, (ring, shared), cq.clone(), (context, http2))?;
     Ok(ServerTransport {
         cq,
         acceptor: Box::new(acceptor),

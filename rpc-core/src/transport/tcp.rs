@@ -53,8 +53,8 @@ use rpc_sync::{assert_unlocked, Count, Flag, FlushTurn, Flusher};
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing, HeapShared};
 use super::{
-    Acceptor, Completion, CompletionQueue, Link, LinkId, RingConfig, SendBuf, SharedRings,
-    ThreadContext,
+    Acceptor, Completion, CompletionQueue, Http2Handoff, Link, LinkId, RingConfig, SendBuf,
+    SharedRings, ThreadContext,
 };
 use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
 use crate::Error;
@@ -403,6 +403,9 @@ struct Handshake {
     got: usize,
     peer_name: String,
     destination: Destination,
+    /// Whether our HELLO went out: a client's at once; a server's once the client's first
+    /// byte showed it speaks this protocol (an HTTP/2 client is handed over instead).
+    hello_sent: bool,
 }
 
 impl Handshake {
@@ -462,6 +465,8 @@ struct Listening {
     shared: Option<Arc<HeapShared>>,
     links: Sender<Result<Arc<dyn Link>, Error>>,
     next_id: LinkId,
+    /// Where HTTP/2 clients go (standard gRPC on this port), if anywhere.
+    http2: Option<Http2Handoff>,
 }
 
 /// How reading a socket ended for this turn.
@@ -603,6 +608,12 @@ impl IoLoop {
         if !readable {
             return;
         }
+        if let Some(end) = self.answer_or_hand_over(token) {
+            if let ReadEnd::Closed(reason) = end {
+                self.remove(token, reason);
+            }
+            return;
+        }
         let end = match self.conns.get_mut(&token) {
             None => return,
             Some(Entry::Hello(h)) => match read_hello(h) {
@@ -696,7 +707,8 @@ impl IoLoop {
         self.again.push(LISTENER);
     }
 
-    /// Sends our HELLO on a fresh socket and waits (on the loop) for the peer's.
+    /// Sends our HELLO on a fresh socket (a server: once the client's first byte came) and
+    /// waits (on the loop) for the peer's.
     fn start_handshake(
         &mut self,
         mut stream: TcpStream,
@@ -713,16 +725,13 @@ impl IoLoop {
         if let Err(e) = stream.set_nodelay(true) {
             return fail(destination, e.into());
         }
-        // A fresh socket's send buffer takes the 72 bytes whole.
-        match (&stream).write(&setup.hello().to_frame()) {
-            Ok(n) if n == HELLO_FRAME_LEN => {}
-            Ok(_) => {
-                return fail(
-                    destination,
-                    Error::ConnectionClosed(format!("could not send the HELLO to {peer_name}")),
-                )
+        // A client writes its HELLO at once; a server waits for the client's first byte
+        // (docs/PROTOCOL.md §4.5), which tells this protocol from HTTP/2.
+        let hello_sent = matches!(destination, Destination::Client(_));
+        if hello_sent {
+            if let Err(e) = send_hello(&stream, &setup, &peer_name) {
+                return fail(destination, e);
             }
-            Err(e) => return fail(destination, e.into()),
         }
         let token = Token(self.next_token);
         self.next_token += 1;
@@ -743,12 +752,64 @@ impl IoLoop {
                 got: 0,
                 peer_name,
                 destination,
+                hello_sent,
             })),
         );
         self.hello_deadlines
             .push_back((Instant::now() + HELLO_DEADLINE, token));
         // Bytes may have arrived before the registration's first event: edge-triggered
         // readiness reports them anyway, as the registration finds the socket readable.
+    }
+
+    /// A server's handshake whose HELLO is not sent yet, on the client's first byte: a
+    /// client of this protocol (`R`) gets our HELLO and its handshake goes on (`None`); an
+    /// HTTP/2 client (`P`, its preface) is handed over to standard gRPC, if the listener
+    /// serves it (`Some`: nothing more to read here). Nothing yet: `Some(Drained)`.
+    fn answer_or_hand_over(&mut self, token: Token) -> Option<ReadEnd> {
+        let Some(Entry::Hello(h)) = self.conns.get_mut(&token) else {
+            return None;
+        };
+        if h.hello_sent {
+            return None;
+        }
+        let mut first = [0u8; 1];
+        let first = loop {
+            match h.stream.peek(&mut first) {
+                Ok(0) => {
+                    return Some(ReadEnd::Closed(format!(
+                        "{} closed the connection during the handshake",
+                        h.peer_name
+                    )))
+                }
+                Ok(_) => break first[0],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(ReadEnd::Drained),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Some(ReadEnd::Closed(format!(
+                        "read failed during the handshake: {e}"
+                    )))
+                }
+            }
+        };
+        let handoff = self.listener.as_ref().and_then(|l| l.http2.clone());
+        match handoff {
+            Some(handoff) if first == b'P' => {
+                let Some(Entry::Hello(mut h)) = self.conns.remove(&token) else {
+                    unreachable!("a handshake")
+                };
+                let _ = self.poll.registry().deregister(&mut h.stream);
+                tracing::debug!(peer = %h.peer_name, "an HTTP/2 client: served as standard gRPC");
+                handoff(h.stream.into());
+                Some(ReadEnd::Drained)
+            }
+            _ => match send_hello(&h.stream, &h.setup, &h.peer_name) {
+                Ok(()) => {
+                    h.hello_sent = true;
+                    None
+                }
+                Err(e) => Some(ReadEnd::Closed(e.to_string())),
+            },
+        }
     }
 
     /// Closes the handshakes whose deadline passed.
@@ -924,6 +985,18 @@ impl IoLoop {
                 });
             }
         }
+    }
+}
+
+/// Writes our HELLO frame on a socket that has sent nothing yet: its send buffer takes the
+/// 72 bytes whole.
+fn send_hello(stream: &TcpStream, setup: &LinkSetup, peer_name: &str) -> Result<(), Error> {
+    match (&*stream).write(&setup.hello().to_frame()) {
+        Ok(n) if n == HELLO_FRAME_LEN => Ok(()),
+        Ok(_) => Err(Error::ConnectionClosed(format!(
+            "could not send the HELLO to {peer_name}"
+        ))),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -1110,7 +1183,7 @@ impl TcpAcceptor {
         addr: SocketAddr,
         (ring, shared): (RingConfig, Option<SharedRings>),
         cq: Arc<ChannelCq>,
-        context: Option<ThreadContext>,
+        (context, http2): (Option<ThreadContext>, Option<Http2Handoff>),
     ) -> Result<TcpAcceptor, Error> {
         ring.validate()?;
         let shared = match shared {
@@ -1128,6 +1201,7 @@ impl TcpAcceptor {
                 shared,
                 links: tx,
                 next_id: 1,
+                http2,
             }),
             context,
         )?;

@@ -41,7 +41,11 @@ pub(crate) struct FaceSettings {
 
 /// A running face.
 pub(crate) struct GrpcFace {
-    local_addr: SocketAddr,
+    /// Its own port's address, if it listens on one.
+    local_addr: Option<SocketAddr>,
+    /// HTTP/2 connections another listener accepted (the server's own TCP port, which tells
+    /// them apart by their preface), for the face to serve.
+    handoff: tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// Ends the connections still open after the grace period.
     abort: Option<tokio::sync::oneshot::Sender<()>>,
@@ -51,16 +55,24 @@ pub(crate) struct GrpcFace {
 }
 
 impl GrpcFace {
-    /// Binds `addr` and serves `shared`'s services on it.
+    /// Serves `shared`'s services on `addr` if given (bound here), and on the connections
+    /// handed over with [`GrpcFace::hand_off`].
     pub(crate) fn start(
         shared: Arc<dyn Dispatch>,
-        addr: &str,
+        addr: Option<&str>,
         settings: FaceSettings,
     ) -> Result<GrpcFace, Error> {
-        let listener = std::net::TcpListener::bind(addr)
-            .map_err(|e| Error::InvalidAddress(format!("gRPC face: cannot bind {addr}: {e}")))?;
-        listener.set_nonblocking(true)?;
-        let local_addr = listener.local_addr()?;
+        let listener = match addr {
+            Some(addr) => {
+                let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+                    Error::InvalidAddress(format!("gRPC face: cannot bind {addr}: {e}"))
+                })?;
+                listener.set_nonblocking(true)?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let local_addr = listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let (runtime, handle) = match settings.runtime {
             Some(handle) => (None, handle),
             None => {
@@ -75,24 +87,36 @@ impl GrpcFace {
         };
         let listener = {
             let _entered = handle.enter();
-            tokio::net::TcpListener::from_std(listener)?
+            listener
+                .map(tokio::net::TcpListener::from_std)
+                .transpose()?
         };
         let (stop, stop_rx) = tokio::sync::oneshot::channel();
         let (abort, abort_rx) = tokio::sync::oneshot::channel();
         let (stopped_tx, stopped) = std::sync::mpsc::channel();
+        let (handoff, handed) = tokio::sync::mpsc::unbounded_channel();
         let face = Arc::new(Face {
             shared,
             max_message_size: settings.max_message_size,
         });
         let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
         let secure = tls.is_some();
+        let incoming = Connections {
+            listener,
+            handed,
+            tls,
+        };
         handle.spawn(async move {
-            accept_loop(listener, face, tls, stop_rx, abort_rx).await;
+            accept_loop(incoming, face, stop_rx, abort_rx).await;
             let _ = stopped_tx.send(());
         });
-        tracing::info!(addr = %local_addr, tls = secure, "serving gRPC (HTTP/2)");
+        match local_addr {
+            Some(addr) => tracing::info!(%addr, tls = secure, "serving gRPC (HTTP/2)"),
+            None => tracing::info!("serving gRPC (HTTP/2) on the server's own port"),
+        }
         Ok(GrpcFace {
             local_addr,
+            handoff,
             stop: Some(stop),
             abort: Some(abort),
             stopped,
@@ -100,8 +124,16 @@ impl GrpcFace {
         })
     }
 
-    pub(crate) fn local_addr(&self) -> SocketAddr {
+    /// Its own port's address, if it listens on one.
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// Serves an HTTP/2 connection another listener accepted (in non-blocking mode, its
+    /// preface not read yet). Plaintext: TLS is served on the face's own port only.
+    pub(crate) fn hand_off(&self, stream: std::net::TcpStream) {
+        // Refused only once the face stopped: the connection then closes.
+        let _ = self.handoff.send(stream);
     }
 
     /// Stops accepting, asks clients to go away (GOAWAY), lets calls finish for up to
@@ -142,10 +174,50 @@ struct Face {
     max_message_size: usize,
 }
 
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    face: Arc<Face>,
+/// Where a face's connections come from: its own port, and connections handed over.
+struct Connections {
+    listener: Option<tokio::net::TcpListener>,
+    handed: tokio::sync::mpsc::UnboundedReceiver<std::net::TcpStream>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Connections {
+    /// The next connection and whether it may speak TLS (one of the face's own port).
+    async fn next(&mut self) -> Option<(tokio::net::TcpStream, SocketAddr, bool)> {
+        loop {
+            let accepted = async {
+                match &self.listener {
+                    Some(listener) => listener.accept().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                accepted = accepted => match accepted {
+                    Ok((stream, peer)) => return Some((stream, peer, true)),
+                    Err(e) => {
+                        // Out of descriptors, say: back off instead of spinning.
+                        tracing::warn!(error = %e, "gRPC face: accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                handed = self.handed.recv() => {
+                    let stream = handed?;
+                    let peer = stream.peer_addr();
+                    match (tokio::net::TcpStream::from_std(stream), peer) {
+                        (Ok(stream), Ok(peer)) => return Some((stream, peer, false)),
+                        (Err(e), _) | (_, Err(e)) => {
+                            tracing::debug!(error = %e, "gRPC face: a handed-over connection failed");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    mut incoming: Connections,
+    face: Arc<Face>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
     abort: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -171,15 +243,10 @@ async fn accept_loop(
         .keep_alive_interval(Duration::from_secs(60))
         .keep_alive_timeout(Duration::from_secs(20));
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors, say: back off instead of spinning.
-                    tracing::warn!(error = %e, "gRPC face: accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
+        let (stream, peer, own_port) = tokio::select! {
+            next = incoming.next() => match next {
+                Some(next) => next,
+                None => break,
             },
             _ = &mut stop => break,
         };
@@ -191,7 +258,7 @@ async fn accept_loop(
             let (face, peer) = (Arc::clone(&face), Arc::clone(&peer));
             async move { Ok::<_, Infallible>(serve_call(face, peer, request).await) }
         });
-        match &tls {
+        match incoming.tls.as_ref().filter(|_| own_port) {
             None => {
                 let connection =
                     graceful.watch(http2.serve_connection(TokioIo::new(stream), service));
@@ -229,7 +296,7 @@ async fn accept_loop(
             }
         }
     }
-    drop(listener);
+    drop(incoming);
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = abort => connections.abort_all(),

@@ -5,6 +5,7 @@ mod dispatch;
 mod handler;
 pub(crate) mod handlers;
 mod intercepted;
+mod port_face;
 mod spare_tasks;
 
 use foldhash::{HashMap, HashMapExt};
@@ -365,6 +366,16 @@ impl ServerBuilder {
             }
         }
         let routes = self.routes()?;
+        // Standard gRPC on this server's own TCP port too: the TCP transport hands HTTP/2
+        // connections over.
+        let port_face = port_face::PortFace::new(
+            self.grpc_runtime.clone(),
+            self.ring.max_message_size as usize,
+        );
+        let handoff: crate::transport::Http2Handoff = {
+            let port_face = Arc::clone(&port_face);
+            Arc::new(move |stream| port_face.hand_off(stream))
+        };
         let super::transport_select::ServerTransport {
             cq,
             acceptor,
@@ -374,7 +385,7 @@ impl ServerBuilder {
             transport,
             self.ring,
             self.shared_rings,
-            self.thread_context.clone(),
+            (self.thread_context.clone(), Some(handoff)),
         )?;
         let counters = Arc::new(Counters::default());
         let paths = routes
@@ -394,10 +405,11 @@ impl ServerBuilder {
             interceptor: self.interceptor.clone(),
             calls,
         });
+        port_face.set_dispatch(Arc::clone(&shared) as Arc<dyn Dispatch>);
         let grpc = match &self.grpc_listen {
             Some(addr) => Some(GrpcFace::start(
                 Arc::clone(&shared) as Arc<dyn Dispatch>,
-                addr,
+                Some(addr),
                 FaceSettings {
                     runtime: self.grpc_runtime.clone(),
                     max_message_size: self.ring.max_message_size as usize,
@@ -445,6 +457,7 @@ impl ServerBuilder {
             local_addr,
             transport_name,
             grpc,
+            port_face,
             stopping,
         })
     }
@@ -493,6 +506,8 @@ pub struct Server {
     local_addr: String,
     transport_name: &'static str,
     grpc: Option<GrpcFace>,
+    /// Standard gRPC on the server's own TCP port.
+    port_face: Arc<port_face::PortFace>,
     /// Tells the standard services of a shutdown.
     stopping: Option<crate::standard::Stopping>,
 }
@@ -515,7 +530,7 @@ impl Server {
 
     /// The address of the gRPC face ([`ServerBuilder::grpc_listen`]), if it has one.
     pub fn grpc_local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.grpc.as_ref().map(GrpcFace::local_addr)
+        self.grpc.as_ref().and_then(GrpcFace::local_addr)
     }
 
     /// Where a client of `transport` connects: the gRPC face's address for
@@ -573,6 +588,7 @@ impl Server {
         if let Some(grpc) = self.grpc.as_mut() {
             grpc.shutdown(grace);
         }
+        self.port_face.shutdown(grace);
         let _ = acceptor.join();
         if !grace.is_zero() {
             for conn in self.endpoint.conns().iter() {

@@ -1,0 +1,75 @@
+//! [`PortFace`]: standard gRPC on the server's own TCP port. The TCP transport tells an
+//! HTTP/2 client (its preface starts `PRI`) from one of this protocol (`RP`) by the first
+//! byte it sends, and hands the former over here; the gRPC face that serves them starts
+//! with the first one, so a server that never sees one runs no HTTP/2 machinery.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rpc_sync::Mutex;
+
+use crate::runtime::grpc::server::{FaceSettings, GrpcFace};
+use crate::runtime::port::Dispatch;
+
+/// The face of a server's own port, started on its first HTTP/2 connection.
+pub(super) struct PortFace {
+    /// The server's dispatch, set once the server is built (connections handed over before
+    /// that are closed).
+    dispatch: OnceLock<Arc<dyn Dispatch>>,
+    runtime: Option<tokio::runtime::Handle>,
+    max_message_size: usize,
+    face: Mutex<Option<GrpcFace>>,
+}
+
+impl PortFace {
+    pub(super) fn new(
+        runtime: Option<tokio::runtime::Handle>,
+        max_message_size: usize,
+    ) -> Arc<PortFace> {
+        Arc::new(PortFace {
+            dispatch: OnceLock::new(),
+            runtime,
+            max_message_size,
+            face: Mutex::new(None),
+        })
+    }
+
+    /// The server's dispatch, once it exists.
+    pub(super) fn set_dispatch(&self, dispatch: Arc<dyn Dispatch>) {
+        let _ = self.dispatch.set(dispatch);
+    }
+
+    /// Serves an HTTP/2 connection the TCP transport accepted, starting the face on the
+    /// first (on the transport's I/O thread, once).
+    pub(super) fn hand_off(&self, stream: std::net::TcpStream) {
+        let Some(dispatch) = self.dispatch.get() else {
+            return;
+        };
+        let mut face = self.face.lock();
+        if face.is_none() {
+            let settings = FaceSettings {
+                runtime: self.runtime.clone(),
+                max_message_size: self.max_message_size,
+                tls: None,
+            };
+            match GrpcFace::start(Arc::clone(dispatch), None, settings) {
+                Ok(started) => *face = Some(started),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot serve gRPC on the server's port");
+                    return;
+                }
+            }
+        }
+        if let Some(face) = face.as_ref() {
+            face.hand_off(stream);
+        }
+    }
+
+    /// Stops the face, if it started, as [`GrpcFace::shutdown`] does.
+    pub(super) fn shutdown(&self, grace: Duration) {
+        let face = self.face.lock().take();
+        if let Some(mut face) = face {
+            face.shutdown(grace);
+        }
+    }
+}
