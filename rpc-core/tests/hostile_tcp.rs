@@ -526,3 +526,35 @@ fn a_hello_of_another_version_is_refused_at_once() {
     );
     server.shutdown();
 }
+
+/// The server's port serves HTTP/2 clients as standard gRPC (docs/PROTOCOL.md §4.5), judged
+/// by the whole 24-byte preface within the HELLO deadline: a client that starts the preface
+/// and stops is closed at the deadline, with nothing sent to it, as a dribbling HELLO is; a
+/// whole preface is answered in HTTP/2 (the server's SETTINGS frame), not with our HELLO.
+#[test]
+fn an_http2_preface_is_served_as_grpc_and_half_of_one_is_closed_at_the_deadline() {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let server = echo_server();
+
+    let mut stalled = Raw::connect(server.local_addr());
+    let started = std::time::Instant::now();
+    stalled.send(&PREFACE[..10]);
+    assert!(stalled.closed_by_server(), "a half preface was not closed");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4),
+        "closed after {waited:?}, before the 5 s HELLO deadline"
+    );
+
+    let mut h2 = Raw::connect(server.local_addr());
+    h2.send(PREFACE);
+    // An HTTP/2 frame header: a 24-bit length, then type 4 (SETTINGS), on stream 0.
+    let mut frame = [0u8; 9];
+    h2.stream.read_exact(&mut frame).unwrap();
+    assert_eq!(frame[3], 4, "not a SETTINGS frame: {frame:02x?}");
+    assert_eq!(&frame[5..9], &[0, 0, 0, 0], "not on stream 0: {frame:02x?}");
+
+    // Our own clients are served all along.
+    Raw::handshake(server.local_addr()).assert_echoes(1, &blob(b"abc"));
+    server.shutdown();
+}

@@ -33,9 +33,9 @@ pub type LinkId = u64;
 /// runtime, because transports run threads of their own (the TCP I/O thread).
 pub type ThreadContext = Arc<dyn Fn(&mut dyn FnMut()) + Send + Sync>;
 
-/// Where a TCP server's listener sends a connection whose client speaks HTTP/2 (its first
-/// byte is the `P` of the HTTP/2 preface, where this protocol's HELLO starts with `R`): the
-/// socket, non-blocking, nothing read from it yet.
+/// Where a TCP server's listener sends a connection whose client speaks HTTP/2 (it sent the
+/// whole HTTP/2 connection preface where this protocol's HELLO would be): the socket,
+/// non-blocking, nothing read from it yet.
 pub(crate) type Http2Handoff = Arc<dyn Fn(std::net::TcpStream) + Send + Sync>;
 
 /// One connected peer: a reliable, message-preserving, in-order channel of frames.

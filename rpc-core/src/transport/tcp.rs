@@ -64,6 +64,9 @@ pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Bytes of a HELLO frame on TCP (`docs/PROTOCOL.md` §4.2).
 const HELLO_FRAME_LEN: usize = HEADER_LEN + HELLO_LEN;
+/// What an HTTP/2 client sends first (RFC 9113 §3.4): a server's port hands a client that
+/// sent it whole over to standard gRPC (`docs/PROTOCOL.md` §4.5).
+const HTTP2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The loop's read buffer, shared by all its sockets.
 const READ_BUFFER: usize = 64 << 10;
 /// Bytes read from one socket per readiness before the loop serves the others (it comes back
@@ -761,10 +764,10 @@ impl IoLoop {
         // readiness reports them anyway, as the registration finds the socket readable.
     }
 
-    /// A server's handshake whose HELLO is not sent yet, on the client's first byte: a
-    /// client of this protocol (`R`) gets our HELLO and its handshake goes on (`None`); an
-    /// HTTP/2 client (`P`, its preface) is handed over to standard gRPC, if the listener
-    /// serves it (`Some`: nothing more to read here). Nothing yet: `Some(Drained)`.
+    /// A server's handshake whose HELLO is not sent yet, on the client's first bytes: an
+    /// HTTP/2 client (its whole 24-byte preface) is handed over to standard gRPC, if the
+    /// listener serves it (`Some`: nothing more to read here); anyone else gets our HELLO and
+    /// the handshake goes on (`None`). Too few bytes yet: `Some(Drained)`.
     fn answer_or_hand_over(&mut self, token: Token) -> Option<ReadEnd> {
         let Some(Entry::Hello(h)) = self.conns.get_mut(&token) else {
             return None;
@@ -772,16 +775,16 @@ impl IoLoop {
         if h.hello_sent {
             return None;
         }
-        let mut first = [0u8; 1];
-        let first = loop {
-            match h.stream.peek(&mut first) {
+        let mut start = [0u8; HTTP2_PREFACE.len()];
+        let n = loop {
+            match h.stream.peek(&mut start) {
                 Ok(0) => {
                     return Some(ReadEnd::Closed(format!(
                         "{} closed the connection during the handshake",
                         h.peer_name
                     )))
                 }
-                Ok(_) => break first[0],
+                Ok(n) => break n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(ReadEnd::Drained),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -793,7 +796,12 @@ impl IoLoop {
         };
         let handoff = self.listener.as_ref().and_then(|l| l.http2.clone());
         match handoff {
-            Some(handoff) if first == b'P' => {
+            // The HTTP/2 preface so far: wait for the rest of it (within the HELLO deadline,
+            // as a HELLO would have to come), then hand the client over. Nothing is read.
+            Some(_) if n < start.len() && start[..n] == HTTP2_PREFACE[..n] => {
+                Some(ReadEnd::Drained)
+            }
+            Some(handoff) if start == *HTTP2_PREFACE => {
                 let Some(Entry::Hello(mut h)) = self.conns.remove(&token) else {
                     unreachable!("a handshake")
                 };
@@ -802,6 +810,7 @@ impl IoLoop {
                 handoff(h.stream.into());
                 Some(ReadEnd::Drained)
             }
+            // Anything else gets our HELLO; `read_hello` judges what it sent.
             _ => match send_hello(&h.stream, &h.setup, &h.peer_name) {
                 Ok(()) => {
                     h.hello_sent = true;

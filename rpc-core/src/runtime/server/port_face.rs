@@ -1,7 +1,7 @@
 //! [`PortFace`]: standard gRPC on the server's own TCP port. The TCP transport tells an
-//! HTTP/2 client (its preface starts `PRI`) from one of this protocol (`RP`) by the first
-//! byte it sends, and hands the former over here; the gRPC face that serves them starts
-//! with the first one, so a server that never sees one runs no HTTP/2 machinery.
+//! HTTP/2 client (its 24-byte connection preface) from one of this protocol (a HELLO, `RP`)
+//! by the first bytes it sends, and hands the former over here; the gRPC face that serves
+//! them starts with the first one, so a server that never sees one runs no HTTP/2 machinery.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
