@@ -206,3 +206,46 @@ fn a_tcp_server_serves_standard_grpc_on_its_own_port() {
         server.shutdown();
     });
 }
+
+/// `max_connections` bounds the standard gRPC connections of the server's port too: with a
+/// limit of one, a second gRPC client is refused while the first holds its connection, and
+/// served once it is gone.
+#[test]
+fn max_connections_bounds_the_grpc_clients_of_the_port() {
+    with_watchdog("gRPC connections bounded", Duration::from_secs(60), || {
+        let server = Server::builder()
+            .ring(RING)
+            .max_connections(1)
+            .add_service(TortureServer::new(TortureService::default()))
+            .start("127.0.0.1:0", TransportKind::Tcp)
+            .expect("a server starts");
+        let target = format!("grpc://{}", server.local_addr());
+        let req = payload(1, 10);
+        let first = blocking::TortureClient::connect(&target).expect("the first connects");
+        assert_eq!(first.echo(req.clone()).unwrap().into_inner(), req);
+        let second = blocking::TortureClient::connect(&target).and_then(|c| {
+            c.echo(req.clone())
+                .map_err(|s| rpc_core::Error::ConnectionClosed(s.to_string()))
+        });
+        assert!(
+            second.is_err(),
+            "a second connection was served beside the first"
+        );
+        drop(first);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let third = blocking::TortureClient::connect(&target)
+                .ok()
+                .and_then(|c| c.echo(req.clone()).ok());
+            if third.is_some() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no room once the first connection was gone"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.shutdown();
+    });
+}

@@ -37,6 +37,9 @@ pub(crate) struct FaceSettings {
     pub(crate) max_message_size: usize,
     /// TLS, if the face serves it.
     pub(crate) tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Connections the face serves at once, at most (the server's `max_connections`): one
+    /// beyond is closed at once.
+    pub(crate) max_connections: Option<usize>,
 }
 
 /// A running face.
@@ -98,6 +101,7 @@ impl GrpcFace {
         let face = Arc::new(Face {
             shared,
             max_message_size: settings.max_message_size,
+            max_connections: settings.max_connections,
         });
         let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
         let secure = tls.is_some();
@@ -172,6 +176,7 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 struct Face {
     shared: Arc<dyn Dispatch>,
     max_message_size: usize,
+    max_connections: Option<usize>,
 }
 
 /// Where a face's connections come from: its own port, and connections handed over.
@@ -251,6 +256,13 @@ async fn accept_loop(
             _ = &mut stop => break,
         };
         while connections.try_join_next().is_some() {}
+        if face
+            .max_connections
+            .is_some_and(|max| connections.len() >= max)
+        {
+            tracing::warn!(%peer, "gRPC face: connection refused, max_connections reached");
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let peer: Arc<str> = peer.to_string().into();
         let face = Arc::clone(&face);

@@ -121,7 +121,9 @@ impl ServerBuilder {
     /// Most connections served at once (default: no limit). A connection beyond it is closed
     /// as soon as its handshake is done (its calls fail UNAVAILABLE at the client), and a
     /// warning logged. With it, a server's memory is bounded by this many times the bound of
-    /// one connection (docs/PROTOCOL.md §15), whatever its clients do.
+    /// one connection (docs/PROTOCOL.md §15), whatever its clients do. Standard gRPC
+    /// connections (on the server's own port and on [`ServerBuilder::grpc_listen`]'s) count
+    /// against the same limit, each face apart.
     pub fn max_connections(mut self, max_connections: usize) -> Self {
         self.max_connections = Some(max_connections.max(1));
         self
@@ -371,6 +373,7 @@ impl ServerBuilder {
         let port_face = port_face::PortFace::new(
             self.grpc_runtime.clone(),
             self.ring.max_message_size as usize,
+            self.max_connections,
         );
         let handoff: crate::transport::Http2Handoff = {
             let port_face = Arc::clone(&port_face);
@@ -417,6 +420,7 @@ impl ServerBuilder {
                         Some((certs, key)) => Some(super::grpc::tls::server_config(certs, key)?),
                         None => None,
                     },
+                    max_connections: self.max_connections,
                 },
             )?),
             None => None,
@@ -585,16 +589,21 @@ impl Server {
             stopping.announce();
         }
         let give_up = Instant::now() + grace;
-        if let Some(grpc) = self.grpc.as_mut() {
-            grpc.shutdown(grace);
-        }
-        self.port_face.shutdown(grace);
         let _ = acceptor.join();
+        // No HTTP/2 client handed over from the port from now on (its listener may close a
+        // moment later); the native connections hear GOODBYE before the faces drain, so that
+        // every call has the same grace.
+        self.port_face.close();
         if !grace.is_zero() {
             for conn in self.endpoint.conns().iter() {
                 conn.submit(Work::Goodbye);
             }
         }
+        let left = || give_up.saturating_duration_since(Instant::now());
+        if let Some(grpc) = self.grpc.as_mut() {
+            grpc.shutdown(left());
+        }
+        self.port_face.shutdown(left());
         while self.shared.calls.in_flight.get() > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -6,7 +6,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use rpc_sync::Mutex;
+use rpc_sync::{Flag, Mutex};
 
 use crate::runtime::grpc::server::{FaceSettings, GrpcFace};
 use crate::runtime::port::Dispatch;
@@ -18,19 +18,26 @@ pub(super) struct PortFace {
     dispatch: OnceLock<Arc<dyn Dispatch>>,
     runtime: Option<tokio::runtime::Handle>,
     max_message_size: usize,
+    max_connections: Option<usize>,
     face: Mutex<Option<GrpcFace>>,
+    /// Raised when the server shuts down: a connection handed over later is closed, and no
+    /// face starts again.
+    closed: Flag,
 }
 
 impl PortFace {
     pub(super) fn new(
         runtime: Option<tokio::runtime::Handle>,
         max_message_size: usize,
+        max_connections: Option<usize>,
     ) -> Arc<PortFace> {
         Arc::new(PortFace {
             dispatch: OnceLock::new(),
             runtime,
             max_message_size,
+            max_connections,
             face: Mutex::new(None),
+            closed: Flag::new(false),
         })
     }
 
@@ -46,11 +53,17 @@ impl PortFace {
             return;
         };
         let mut face = self.face.lock();
+        // Checked under the lock that `shutdown` takes the face under: a face started here
+        // is one `shutdown` finds.
+        if self.closed.is_raised() {
+            return;
+        }
         if face.is_none() {
             let settings = FaceSettings {
                 runtime: self.runtime.clone(),
                 max_message_size: self.max_message_size,
                 tls: None,
+                max_connections: self.max_connections,
             };
             match GrpcFace::start(Arc::clone(dispatch), None, settings) {
                 Ok(started) => *face = Some(started),
@@ -65,8 +78,14 @@ impl PortFace {
         }
     }
 
-    /// Stops the face, if it started, as [`GrpcFace::shutdown`] does.
+    /// Refuses connections handed over from now on (the server is shutting down).
+    pub(super) fn close(&self) {
+        self.closed.raise();
+    }
+
+    /// Stops the face, if it started, as [`GrpcFace::shutdown`] does; closes first.
     pub(super) fn shutdown(&self, grace: Duration) {
+        self.close();
         let face = self.face.lock().take();
         if let Some(mut face) = face {
             face.shutdown(grace);
