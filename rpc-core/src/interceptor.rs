@@ -23,7 +23,9 @@
 
 use std::sync::Arc;
 
-use crate::{Request, Status};
+use std::time::Instant;
+
+use crate::{Extensions, MetadataMap, Request, Status};
 
 /// Sees a call's request without its message (metadata, timeout, and on a server the
 /// deadline and peer) and may refuse the call or change what goes on: the metadata and
@@ -61,6 +63,25 @@ impl SharedInterceptor {
         let (head, message) = request.into_parts();
         let head = self.intercept(head)?;
         Ok(Request::from_parts(head, message))
+    }
+
+    /// Server: runs the interceptor on an arriving call's metadata and extensions (its
+    /// deadline and peer to read beside them) and gives them back as it left them, or the
+    /// status that refuses the call. Both the server-wide interceptor and a service's own
+    /// ([`crate::InterceptedService`]) run through here.
+    pub(crate) fn apply_incoming(
+        &self,
+        metadata: MetadataMap,
+        extensions: Extensions,
+        deadline: Option<Instant>,
+        peer: &Arc<str>,
+    ) -> Result<(MetadataMap, Extensions), Status> {
+        let head = Request::from_incoming((), metadata, deadline, Arc::clone(peer), extensions);
+        let mut head = self.intercept(head)?;
+        Ok((
+            std::mem::take(head.metadata_mut()),
+            std::mem::take(head.extensions_mut()),
+        ))
     }
 
     /// Runs the interceptor (user code) on a request's metadata, checking first that no

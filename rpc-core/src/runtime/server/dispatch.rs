@@ -12,7 +12,7 @@ use crate::runtime::pool::WorkerPool;
 use crate::runtime::port::Dispatch;
 use crate::runtime::port::Port;
 use crate::runtime::service::{MethodDescriptor, MethodKind};
-use crate::{Request, Status};
+use crate::{Extensions, Status};
 
 /// Where a method's handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,20 +97,10 @@ impl Shared {
         }
         let interceptor = self.interceptor.as_ref().filter(|_| route.intercepted);
         let (metadata, extensions) = match interceptor {
-            None => (metadata, crate::Extensions::new()),
+            None => (metadata, Extensions::new()),
             Some(interceptor) => {
-                let head = Request::from_incoming(
-                    (),
-                    metadata,
-                    deadline,
-                    Arc::clone(&peer),
-                    crate::Extensions::new(),
-                );
-                match interceptor.apply(head) {
-                    Ok(mut head) => (
-                        std::mem::take(head.metadata_mut()),
-                        std::mem::take(head.extensions_mut()),
-                    ),
+                match interceptor.apply_incoming(metadata, Extensions::new(), deadline, &peer) {
+                    Ok(parts) => parts,
                     Err(status) => {
                         drop(body);
                         refuse(status);

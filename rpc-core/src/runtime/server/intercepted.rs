@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::handler::{IncomingRequest, ReplySink, Service};
 use crate::interceptor::SharedInterceptor;
 use crate::runtime::service::ServiceDescriptor;
-use crate::{Interceptor, Request};
+use crate::Interceptor;
 
 /// A service whose calls pass `interceptor` before their handler: it may check or change
 /// their metadata, put values into their extensions, or refuse them with a status (the
@@ -38,17 +38,15 @@ impl<S: Service> Service for InterceptedService<S> {
     }
 
     fn call(&self, method_index: usize, mut request: IncomingRequest, reply: ReplySink) {
-        let head = Request::from_incoming(
-            (),
-            std::mem::take(&mut request.metadata),
-            request.deadline,
-            Arc::clone(&request.peer),
-            std::mem::take(&mut request.extensions),
-        );
-        match self.interceptor.apply(head) {
-            Ok(mut head) => {
-                request.metadata = std::mem::take(head.metadata_mut());
-                request.extensions = std::mem::take(head.extensions_mut());
+        let metadata = std::mem::take(&mut request.metadata);
+        let extensions = std::mem::take(&mut request.extensions);
+        match self
+            .interceptor
+            .apply_incoming(metadata, extensions, request.deadline, &request.peer)
+        {
+            Ok((metadata, extensions)) => {
+                request.metadata = metadata;
+                request.extensions = extensions;
                 self.inner.call(method_index, request, reply);
             }
             Err(status) => {
