@@ -19,6 +19,23 @@ pub(crate) mod transport_select;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+/// Runs blocking `work` on a thread of its own named `name`, for an async caller that must
+/// not block its executor (connecting, a graceful shutdown): the future gives `work`'s
+/// result, or `None` if the thread ended without one (it panicked). Dropping the future
+/// leaves `work` running. If no thread can be started, `work` is dropped unrun.
+pub(crate) fn on_own_thread<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<impl std::future::Future<Output = Option<T>>, crate::Error> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let _ = done.send(work());
+        })?;
+    Ok(async move { result.await.ok() })
+}
+
 /// A duration in microseconds from the environment variable `name`, else `default`. Lets the
 /// spin budgets be tuned per deployment without rebuilding (`RPC_SPIN_US`,
 /// `RPC_IDLE_SPIN_US`); builder calls override both.

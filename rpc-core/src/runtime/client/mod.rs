@@ -481,15 +481,12 @@ impl ClientBuilder {
     /// any executor.
     pub async fn connect_async(self, addr: &str) -> Result<Client, Error> {
         let addr = addr.to_string();
-        let (done, connected) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("rpc-connect".into())
-            .spawn(move || {
-                let _ = done.send(self.connect(&addr));
-            })?;
-        connected.await.map_err(|_| {
-            Error::ConnectionClosed("the connecting thread ended without a result".into())
-        })?
+        let connecting = super::on_own_thread("rpc-connect", move || self.connect(&addr))?;
+        connecting.await.unwrap_or_else(|| {
+            Err(Error::ConnectionClosed(
+                "the connecting thread ended without a result".into(),
+            ))
+        })
     }
 }
 

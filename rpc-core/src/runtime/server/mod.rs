@@ -331,14 +331,7 @@ impl ServerBuilder {
         let mut running = StopOnDrop(Some(self.start(&addr.to_string(), TransportKind::Auto)?));
         signal.await;
         let server = running.0.take().expect("stopped only here or on drop");
-        let (stopped, done) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("rpc-shutdown".into())
-            .spawn(move || {
-                server.shutdown();
-                let _ = stopped.send(());
-            })?;
-        let _ = done.await;
+        shut_down_on_own_thread(server)?.await;
         Ok(())
     }
 
@@ -631,15 +624,19 @@ struct StopOnDrop(Option<Server>);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         if let Some(server) = self.0.take() {
-            let spawned = std::thread::Builder::new()
-                .name("rpc-shutdown".into())
-                .spawn(move || server.shutdown());
-            if let Err(e) = spawned {
-                // The server is dropped with the closure: it shuts down here after all.
+            if let Err(e) = shut_down_on_own_thread(server) {
+                // The server was dropped unrun with the work: it shut down here after all.
                 tracing::warn!(error = %e, "no thread to shut the server down on");
             }
         }
     }
+}
+
+/// `server`'s graceful shutdown on a thread of its own; the future completes when it is over.
+fn shut_down_on_own_thread(
+    server: Server,
+) -> Result<impl std::future::Future<Output = Option<()>>, Error> {
+    super::on_own_thread("rpc-shutdown", move || server.shutdown())
 }
 
 /// The thread context that enters the tokio runtime this thread runs in, if any.
