@@ -414,12 +414,13 @@ struct Handshake {
 impl Handshake {
     /// The peer's first bytes (the second 0 if it has not come), if they are not this
     /// protocol's magic: it speaks another protocol (an HTTP/2 server's SETTINGS frame, say),
-    /// which a client told so may try standard gRPC instead. Judged on each byte as it
-    /// comes, as `read_hello` judges them.
+    /// which a client told so may try standard gRPC instead. The magic check `read_hello`
+    /// made, on the magic's bytes alone (not the version after them).
     fn foreign_magic(&self) -> Option<[u8; 2]> {
-        let start = [self.frame[0], self.frame[1]];
-        let foreign = (self.got >= 1 && start[0] != b'R') || (self.got >= 2 && start[1] != b'P');
-        foreign.then_some(start)
+        let magic_seen = &self.frame[..self.got.min(2)];
+        Hello::check_frame_start(magic_seen)
+            .is_err()
+            .then_some([self.frame[0], self.frame[1]])
     }
 }
 
