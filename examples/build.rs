@@ -2,7 +2,7 @@
 //! gRPC's interop test service (`proto/grpc/testing/test.proto`, package `grpc.testing`).
 
 fn main() {
-    if let Err(err) = rpc_codegen::compile_protos(
+    if let Err(err) = rpc_codegen::configure().compile_protos(
         &[
             "../proto/calculator.proto",
             "../proto/echo.proto",

@@ -30,7 +30,7 @@ fn main() {
 
     // `tricky` first: its files import each other by bare name, and must not also be seen as
     // `tricky/<name>.proto` through `proto`.
-    if let Err(err) = rpc_codegen::compile_protos(&protos, &[&tricky, &proto]) {
+    if let Err(err) = rpc_codegen::configure().compile_protos(&protos, &[&tricky, &proto]) {
         panic!("code generation failed: {err}");
     }
 }

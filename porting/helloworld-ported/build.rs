@@ -1,4 +1,4 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    rpc_codegen::compile_protos(&["proto/helloworld.proto"], &["proto"])?;
+    tonic_prost_build::compile_protos("proto/helloworld.proto")?;
     Ok(())
 }

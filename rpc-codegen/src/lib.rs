@@ -22,7 +22,7 @@
 //!
 //! ```no_run
 //! fn main() -> std::io::Result<()> {
-//!     rpc_codegen::compile_protos(&["proto/calculator.proto"], &["proto"])
+//!     rpc_codegen::compile_protos("proto/calculator.proto")
 //! }
 //! ```
 //!
@@ -122,22 +122,17 @@ pub use prost_build;
 use crate::emit::Emit;
 use crate::prost::RpcServiceGenerator;
 
-/// Compiles `protos` (found through the `includes` directories) with the default settings:
-/// messages, clients and servers, written to `OUT_DIR`.
-///
-/// Every `.proto` file must lie under one of `includes`; an empty `includes` means the
-/// directories of `protos`. Imports are resolved through `includes` too, and the well-known
-/// types (`google/protobuf/*.proto`) are built in.
+/// Compiles one `.proto` file with the default settings (messages, clients and servers,
+/// written to `OUT_DIR`), as tonic-build's `compile_protos` does: its imports are found in its
+/// own directory, and the well-known types (`google/protobuf/*.proto`) are built in.
+/// [`Builder::compile_protos`] takes several files and include directories.
 ///
 /// # Errors
 ///
 /// A `.proto` file that cannot be read or does not compile (the message names the file, line
 /// and column), or an output file that cannot be written.
-pub fn compile_protos(
-    protos: &[impl AsRef<Path>],
-    includes: &[impl AsRef<Path>],
-) -> io::Result<()> {
-    configure().compile_protos(protos, includes)
+pub fn compile_protos(proto: impl AsRef<Path>) -> io::Result<()> {
+    configure().compile_protos(&[proto], &[] as &[&Path])
 }
 
 /// A [`Builder`] with the default settings, to change some before compiling.
@@ -148,6 +143,7 @@ pub fn configure() -> Builder {
         sync_handlers: false,
         out_dir: None,
         emit_rerun_if_changed: true,
+        runtime_crate: None,
         config: prost_build::Config::new(),
     }
 }
@@ -160,6 +156,7 @@ pub struct Builder {
     sync_handlers: bool,
     out_dir: Option<PathBuf>,
     emit_rerun_if_changed: bool,
+    runtime_crate: Option<String>,
     config: prost_build::Config,
 }
 
@@ -199,6 +196,16 @@ impl Builder {
     /// included (default: yes; turn it off when not running inside a build script).
     pub fn emit_rerun_if_changed(mut self, enable: bool) -> Self {
         self.emit_rerun_if_changed = enable;
+        self
+    }
+
+    /// The name the generated code calls `rpc-core` by (default: the name the `Cargo.toml`
+    /// of the crate being built gives it, found through `CARGO_MANIFEST_DIR`: `rpc_core`, or
+    /// `tonic` for `tonic = { package = "rpc-core", .. }`; `rpc_core` if none is found). Set
+    /// it when the generated code is compiled by a crate other than the one whose build
+    /// script runs this.
+    pub fn runtime_crate(mut self, name: impl Into<String>) -> Self {
+        self.runtime_crate = Some(name.into().replace('-', "_"));
         self
     }
 
@@ -269,12 +276,23 @@ impl Builder {
             client: self.build_client,
             server: self.build_server,
             sync_handlers: self.sync_handlers,
+            runtime_crate: self.runtime_crate.take().unwrap_or_else(runtime_crate_name),
         };
         if emit.client || emit.server {
             self.config
                 .service_generator(Box::new(RpcServiceGenerator::new(emit, &fds)));
         }
         self.config.compile_fds(fds)
+    }
+}
+
+/// The name under which the crate being built (`CARGO_MANIFEST_DIR`) depends on `rpc-core`;
+/// `rpc_core` when it does not (rpc-core itself names itself so, and the code may be meant
+/// for another crate).
+fn runtime_crate_name() -> String {
+    match proc_macro_crate::crate_name("rpc-core") {
+        Ok(proc_macro_crate::FoundCrate::Name(name)) => name,
+        Ok(proc_macro_crate::FoundCrate::Itself) | Err(_) => "rpc_core".to_owned(),
     }
 }
 

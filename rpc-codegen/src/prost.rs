@@ -67,7 +67,7 @@ impl prost_build::ServiceGenerator for RpcServiceGenerator {
     fn generate(&mut self, service: prost_build::Service, buf: &mut String) {
         let model = self.model(&service);
         buf.push('\n');
-        buf.push_str(&emit::service_source(&model, self.emit));
+        buf.push_str(&emit::service_source(&model, &self.emit));
     }
 }
 

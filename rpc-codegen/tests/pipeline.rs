@@ -116,8 +116,8 @@ fn names_and_collisions() {
         "/// A keyword.",
         "/// Client streaming.",
         "\"/tricky.Keywords/FooAsync\"",
-        "::rpc_core::codegen::MethodKind::BidiStreaming",
-        "requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = ()>",
+        "rpc_runtime::codegen::MethodKind::BidiStreaming",
+        "requests: impl rpc_runtime::codegen::IntoStreamingRequest<Message = ()>",
         "StreamingCall<(), ::prost_types::Timestamp>",
         "type ChatStream:",
     ] {
@@ -143,7 +143,7 @@ fn names_and_collisions() {
         "pub mod service2_server",
         "pub mod empty_client",
         "pub struct EmptyClient",
-        "[::rpc_core::codegen::MethodDescriptor; 0usize]",
+        "[rpc_runtime::codegen::MethodDescriptor; 0usize]",
     ] {
         assert!(has(&svc, expected), "svc.rs lacks `{expected}`");
     }
@@ -189,7 +189,7 @@ fn client_and_server_can_be_left_out() {
     );
     let tricky = read(&out, "tricky.rs");
     assert!(has(&tricky, "pub struct Result"));
-    assert!(!has(&tricky, "rpc_core"));
+    assert!(!has(&tricky, "rpc_runtime"));
 }
 
 #[test]

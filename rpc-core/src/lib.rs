@@ -23,7 +23,7 @@
 //! ```ignore
 //! // build.rs
 //! fn main() -> std::io::Result<()> {
-//!     rpc_codegen::compile_protos(&["proto/echo.proto"], &["proto"])
+//!     rpc_codegen::compile_protos("proto/echo.proto")
 //! }
 //! ```
 //!
@@ -110,6 +110,7 @@ pub use metadata::MetadataMap;
 pub use request::{
     Extensions, IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response,
 };
+pub use rpc_macros::async_trait;
 pub use rpc_proto::Code;
 pub use rpc_proto::Keepalive;
 pub use runtime::client::{

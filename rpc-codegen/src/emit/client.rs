@@ -5,15 +5,15 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::common::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
+use super::common::{doc_attrs, ident, message_type, method_docs, methods_static, module_prelude};
 use crate::model::{Method, MethodKind, Service};
 
 /// The tokens of the client module of `service`.
-pub fn tokens(service: &Service) -> TokenStream {
+pub fn tokens(service: &Service, runtime: &syn::Ident) -> TokenStream {
     let module = ident(&service.client_mod);
     let client = ident(&service.client_name);
     let full_name = &service.full_name;
-    let allow = allow_lints();
+    let allow = module_prelude(runtime);
 
     let mut mod_docs = vec![format!(" Client for the `{full_name}` service.")];
     if let Some(note) = &service.rename_note {
@@ -36,6 +36,15 @@ pub fn tokens(service: &Service) -> TokenStream {
             .to_string(),
         format!(
             " can share one connection. [`blocking::{}`] has the same methods blocking.",
+            service.client_name
+        ),
+        String::new(),
+        " `T` is the connection, tonic's parameter; here it is always the default, `Channel`"
+            .to_string(),
+        " (`rpc_core::transport::Channel`, an `rpc_core::Client`), so that signatures written"
+            .to_string(),
+        format!(
+            " for tonic (`{}<Channel>`) compile unchanged.",
             service.client_name
         ),
     ]);
@@ -61,7 +70,7 @@ pub fn tokens(service: &Service) -> TokenStream {
         .map(|(index, method)| blocking_function(index, method));
     // Nothing refers to an empty table (a service without methods): leave it out.
     let methods = (!service.methods.is_empty()).then(|| methods_static(service));
-    let cg = quote!(::rpc_core::codegen);
+    let cg = quote!(rpc_runtime::codegen);
 
     quote! {
         #mod_docs
@@ -70,11 +79,11 @@ pub fn tokens(service: &Service) -> TokenStream {
 
             #async_docs
             #[derive(Debug, Clone)]
-            pub struct #client {
-                inner: #cg::Client,
+            pub struct #client<T = #cg::Channel> {
+                inner: T,
             }
 
-            impl #client {
+            impl #client<#cg::Channel> {
                 /// Wraps a connected client; several service clients can share one.
                 pub fn new(inner: #cg::Client) -> Self {
                     Self { inner }
@@ -87,7 +96,7 @@ pub fn tokens(service: &Service) -> TokenStream {
                 /// its own: the future does not block its executor.
                 pub async fn connect(
                     dst: impl ::core::convert::AsRef<str>,
-                ) -> ::core::result::Result<Self, ::rpc_core::Error> {
+                ) -> ::core::result::Result<Self, rpc_runtime::Error> {
                     let inner = #cg::Client::connect_async(dst.as_ref()).await?;
                     ::core::result::Result::Ok(Self::new(inner))
                 }
@@ -132,7 +141,7 @@ pub fn tokens(service: &Service) -> TokenStream {
 
                     /// Connects to `addr` with the default settings (see the async
                     /// client's `connect` for the forms it takes), blocking until connected.
-                    pub fn connect(addr: &str) -> ::core::result::Result<Self, ::rpc_core::Error> {
+                    pub fn connect(addr: &str) -> ::core::result::Result<Self, rpc_runtime::Error> {
                         let inner = #cg::Client::connect(addr)?;
                         ::core::result::Result::Ok(Self::new(inner))
                     }
@@ -174,7 +183,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
     let input = message_type(&method.input_type);
     let output = message_type(&method.output_type);
     let proto_name = &method.proto_name;
-    let cg = quote!(::rpc_core::codegen);
+    let cg = quote!(rpc_runtime::codegen);
     let status = quote!(#cg::Status);
     match method.kind {
         MethodKind::Unary => {
@@ -289,7 +298,7 @@ fn blocking_function(index: usize, method: &Method) -> TokenStream {
     let input = blocking_message_type(&method.input_type);
     let output = blocking_message_type(&method.output_type);
     let proto_name = &method.proto_name;
-    let cg = quote!(::rpc_core::codegen);
+    let cg = quote!(rpc_runtime::codegen);
     let status = quote!(#cg::Status);
     let docs = method_docs(method, &format!("Calls `{proto_name}`."));
     // The method table is the client module's, one level up from `blocking`.

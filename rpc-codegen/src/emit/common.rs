@@ -66,10 +66,13 @@ pub fn message_type(rust_type: &str) -> syn::Type {
     ty
 }
 
-/// The inner `#![allow(..)]` of each generated module: names come from the `.proto` (a trait
-/// `Self_`, a method `into_foo(&self)` or `add(&self, ..)`, a module named like its parent
-/// package), and pedantic lints ask for what generated stubs cannot say (`# Errors` sections).
-pub(crate) fn allow_lints() -> TokenStream {
+/// What opens each generated module. An inner `#![allow(..)]`: names come from the `.proto` (a
+/// trait `Self_`, a method `into_foo(&self)` or `add(&self, ..)`, a module named like its
+/// parent package), and pedantic lints ask for what generated stubs cannot say (`# Errors`
+/// sections). Then `rpc-core` imported as `rpc_runtime`, under whatever name (`runtime`) the
+/// user's crate depends on it: the module's code names it only through that import, and the
+/// module's other names are all generated, so the import collides with none.
+pub(crate) fn module_prelude(runtime: &syn::Ident) -> TokenStream {
     quote! {
         #![allow(
             non_camel_case_types,
@@ -83,6 +86,8 @@ pub(crate) fn allow_lints() -> TokenStream {
             clippy::doc_markdown,
             clippy::too_many_lines
         )]
+        #[allow(unused_imports)]
+        use ::#runtime as rpc_runtime;
     }
 }
 
@@ -115,16 +120,16 @@ pub(crate) fn methods_static(service: &Service) -> TokenStream {
         let path = &m.path;
         let kind = ident(m.kind.variant_name());
         quote! {
-            ::rpc_core::codegen::MethodDescriptor::new(
+            rpc_runtime::codegen::MethodDescriptor::new(
                 #service_name,
                 #name,
                 #path,
-                ::rpc_core::codegen::MethodKind::#kind,
+                rpc_runtime::codegen::MethodKind::#kind,
             )
         }
     });
     quote! {
         /// The methods of this service, in `.proto` order.
-        static METHODS: [::rpc_core::codegen::MethodDescriptor; #count] = [ #( #descriptors ),* ];
+        static METHODS: [rpc_runtime::codegen::MethodDescriptor; #count] = [ #( #descriptors ),* ];
     }
 }

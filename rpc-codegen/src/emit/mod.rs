@@ -11,8 +11,8 @@ use quote::quote;
 use crate::model::Service;
 pub use common::message_type;
 
-/// Which halves to emit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which halves to emit, and how they name `rpc-core`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Emit {
     /// Emit `<service>_client`.
     pub client: bool,
@@ -20,14 +20,37 @@ pub struct Emit {
     pub server: bool,
     /// Server handlers are plain (blocking) functions instead of async ones.
     pub sync_handlers: bool,
+    /// The name under which the crate using the generated code depends on `rpc-core`:
+    /// `rpc_core`, or the name a `Cargo.toml` renames it to (`tonic = { package = "rpc-core" }`
+    /// gives `tonic`). Each generated module imports it as `rpc_runtime`.
+    pub runtime_crate: String,
+}
+
+impl Emit {
+    /// Both halves, async handlers, `rpc-core` under its own name.
+    pub fn new() -> Emit {
+        Emit {
+            client: true,
+            server: true,
+            sync_handlers: false,
+            runtime_crate: "rpc_core".to_owned(),
+        }
+    }
+}
+
+impl Default for Emit {
+    fn default() -> Emit {
+        Emit::new()
+    }
 }
 
 /// The tokens of everything emitted for `service`.
-pub fn service_tokens(service: &Service, emit: Emit) -> TokenStream {
-    let client = emit.client.then(|| client::tokens(service));
+pub fn service_tokens(service: &Service, emit: &Emit) -> TokenStream {
+    let runtime = common::ident(&emit.runtime_crate);
+    let client = emit.client.then(|| client::tokens(service, &runtime));
     let server = emit
         .server
-        .then(|| server::tokens(service, emit.sync_handlers));
+        .then(|| server::tokens(service, emit.sync_handlers, &runtime));
     quote! { #client #server }
 }
 
@@ -37,7 +60,7 @@ pub fn service_tokens(service: &Service, emit: Emit) -> TokenStream {
 ///
 /// Panics if the generated tokens are not a valid Rust file, which would be a bug in this
 /// crate (every name and type path is validated when it becomes a token).
-pub fn service_source(service: &Service, emit: Emit) -> String {
+pub fn service_source(service: &Service, emit: &Emit) -> String {
     let tokens = service_tokens(service, emit);
     let file: syn::File = match syn::parse2(tokens) {
         Ok(file) => file,
@@ -119,78 +142,75 @@ mod tests {
 
     #[test]
     fn emitted_modules_items_and_signatures() {
-        let both = Emit {
-            client: true,
-            server: true,
-            sync_handlers: false,
-        };
-        let source = service_source(&calculator(), both);
+        let source = service_source(&calculator(), &Emit::new());
         let flat = squash(&source);
         for expected in [
             "pub mod calculator_client",
-            "#[derive(Debug, Clone)] pub struct CalculatorClient { inner: ::rpc_core::codegen::Client, }",
-            "pub fn new(inner: ::rpc_core::codegen::Client) -> Self",
+            "#[allow(unused_imports)] use ::rpc_core as rpc_runtime;",
+            "#[derive(Debug, Clone)] pub struct CalculatorClient<T = rpc_runtime::codegen::Channel> { inner: T, }",
+            "impl CalculatorClient<rpc_runtime::codegen::Channel>",
+            "pub fn new(inner: rpc_runtime::codegen::Client) -> Self",
             "pub async fn connect(dst: impl ::core::convert::AsRef<str>,) \
-             -> ::core::result::Result<Self, ::rpc_core::Error>",
-            "pub fn inner(&self) -> &::rpc_core::codegen::Client",
+             -> ::core::result::Result<Self, rpc_runtime::Error>",
+            "pub fn inner(&self) -> &rpc_runtime::codegen::Client",
             // The async client: tonic's names.
             "/// Does Add. /// /// Calls `Add`: the future completes when the response arrives.",
-            "pub fn add(&mut self, request: impl ::rpc_core::codegen::IntoRequest<super::AddRequest>,) \
-             -> ::rpc_core::codegen::ResponseFuture<super::AddReply>",
+            "pub fn add(&mut self, request: impl rpc_runtime::codegen::IntoRequest<super::AddRequest>,) \
+             -> rpc_runtime::codegen::ResponseFuture<super::AddReply>",
             "self.inner.unary_async(&METHODS[0usize],",
             // The streaming ones' futures hold a clone of the connection, not `&self`.
-            "pub fn sum(&mut self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
-             -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<super::SumReply>, ::rpc_core::codegen::Status>,>",
-            "pub fn count(&mut self, request: impl ::rpc_core::codegen::IntoRequest<super::CountRequest>,) \
-             -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::CountReply>>, ::rpc_core::codegen::Status>,>",
+            "pub fn sum(&mut self, requests: impl rpc_runtime::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
+             -> impl ::core::future::Future<Output = ::core::result::Result<rpc_runtime::codegen::Response<super::SumReply>, rpc_runtime::codegen::Status>,>",
+            "pub fn count(&mut self, request: impl rpc_runtime::codegen::IntoRequest<super::CountRequest>,) \
+             -> impl ::core::future::Future<Output = ::core::result::Result<rpc_runtime::codegen::Response<rpc_runtime::codegen::Streaming<super::CountReply>>, rpc_runtime::codegen::Status>,>",
             "let inner = self.inner.clone();",
-            "pub fn chat(&mut self, requests: impl ::rpc_core::codegen::IntoStreamingRequest<Message = super::ChatRequest>,)",
-            "pub fn r#match(&mut self, request: impl ::rpc_core::codegen::IntoRequest<super::MatchRequest>,) \
-             -> ::rpc_core::codegen::ResponseFuture<super::MatchReply>",
+            "pub fn chat(&mut self, requests: impl rpc_runtime::codegen::IntoStreamingRequest<Message = super::ChatRequest>,)",
+            "pub fn r#match(&mut self, request: impl rpc_runtime::codegen::IntoRequest<super::MatchRequest>,) \
+             -> rpc_runtime::codegen::ResponseFuture<super::MatchReply>",
             // The blocking client, one module deeper.
             "pub mod blocking",
-            "pub fn connect(addr: &str) -> ::core::result::Result<Self, ::rpc_core::Error>",
-            "pub fn add(&self, request: impl ::rpc_core::codegen::IntoRequest<super::super::AddRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<super::super::AddReply>, ::rpc_core::codegen::Status>",
+            "pub fn connect(addr: &str) -> ::core::result::Result<Self, rpc_runtime::Error>",
+            "pub fn add(&self, request: impl rpc_runtime::codegen::IntoRequest<super::super::AddRequest>,) \
+             -> ::core::result::Result<rpc_runtime::codegen::Response<super::super::AddReply>, rpc_runtime::codegen::Status>",
             "self.inner.unary(&super::METHODS[0usize],",
-            "pub fn sum(&self, requests: impl ::rpc_core::codegen::IntoIterRequest<Message = super::super::SumRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<super::super::SumReply>, ::rpc_core::codegen::Status>",
-            "pub fn count(&self, request: impl ::rpc_core::codegen::IntoRequest<super::super::CountRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<::rpc_core::codegen::Streaming<super::super::CountReply>>, ::rpc_core::codegen::Status>",
-            "pub fn chat(&self, request: impl ::rpc_core::codegen::IntoRequest<()>,) \
-             -> ::core::result::Result<::rpc_core::codegen::StreamingCall<super::super::ChatRequest, super::super::ChatReply>, ::rpc_core::codegen::Status>",
-            "static METHODS: [::rpc_core::codegen::MethodDescriptor; 5usize]",
-            "::rpc_core::codegen::MethodDescriptor::new(\"calc.Calculator\", \"Add\", \
-             \"/calc.Calculator/Add\", ::rpc_core::codegen::MethodKind::Unary,)",
-            "::rpc_core::codegen::MethodKind::ClientStreaming",
-            "::rpc_core::codegen::MethodKind::ServerStreaming",
-            "::rpc_core::codegen::MethodKind::BidiStreaming",
+            "pub fn sum(&self, requests: impl rpc_runtime::codegen::IntoIterRequest<Message = super::super::SumRequest>,) \
+             -> ::core::result::Result<rpc_runtime::codegen::Response<super::super::SumReply>, rpc_runtime::codegen::Status>",
+            "pub fn count(&self, request: impl rpc_runtime::codegen::IntoRequest<super::super::CountRequest>,) \
+             -> ::core::result::Result<rpc_runtime::codegen::Response<rpc_runtime::codegen::Streaming<super::super::CountReply>>, rpc_runtime::codegen::Status>",
+            "pub fn chat(&self, request: impl rpc_runtime::codegen::IntoRequest<()>,) \
+             -> ::core::result::Result<rpc_runtime::codegen::StreamingCall<super::super::ChatRequest, super::super::ChatReply>, rpc_runtime::codegen::Status>",
+            "static METHODS: [rpc_runtime::codegen::MethodDescriptor; 5usize]",
+            "rpc_runtime::codegen::MethodDescriptor::new(\"calc.Calculator\", \"Add\", \
+             \"/calc.Calculator/Add\", rpc_runtime::codegen::MethodKind::Unary,)",
+            "rpc_runtime::codegen::MethodKind::ClientStreaming",
+            "rpc_runtime::codegen::MethodKind::ServerStreaming",
+            "rpc_runtime::codegen::MethodKind::BidiStreaming",
             "pub mod calculator_server",
             "/// Arithmetic.",
             "pub trait Calculator: ::core::marker::Send + ::core::marker::Sync + 'static",
-            "fn add(&self, request: ::rpc_core::codegen::Request<super::AddRequest>,) \
-             -> impl ::core::future::Future<Output = ::core::result::Result<::rpc_core::codegen::Response<super::AddReply>, ::rpc_core::codegen::Status>> + ::core::marker::Send;",
-            "fn sum(&self, request: ::rpc_core::codegen::Request<::rpc_core::codegen::Streaming<super::SumRequest>>,)",
-            "type CountStream: ::rpc_core::codegen::Stream<Item = ::core::result::Result<super::CountReply, ::rpc_core::codegen::Status>> + ::core::marker::Send + 'static;",
-            "::rpc_core::codegen::Response<Self::CountStream>",
+            "fn add(&self, request: rpc_runtime::codegen::Request<super::AddRequest>,) \
+             -> impl ::core::future::Future<Output = ::core::result::Result<rpc_runtime::codegen::Response<super::AddReply>, rpc_runtime::codegen::Status>> + ::core::marker::Send;",
+            "fn sum(&self, request: rpc_runtime::codegen::Request<rpc_runtime::codegen::Streaming<super::SumRequest>>,)",
+            "type CountStream: rpc_runtime::codegen::Stream<Item = ::core::result::Result<super::CountReply, rpc_runtime::codegen::Status>> + ::core::marker::Send + 'static;",
+            "rpc_runtime::codegen::Response<Self::CountStream>",
             "type ChatStream:",
-            "fn r#match(&self, request: ::rpc_core::codegen::Request<super::MatchRequest>,)",
+            "fn r#match(&self, request: rpc_runtime::codegen::Request<super::MatchRequest>,)",
             "pub struct CalculatorServer<T> { inner: ::std::sync::Arc<T>, }",
             "impl<T: Calculator> CalculatorServer<T>",
             "pub fn new(inner: T) -> Self",
             "pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self",
-            "pub fn with_interceptor(inner: T, interceptor: impl ::rpc_core::codegen::Interceptor,) \
-             -> ::rpc_core::codegen::InterceptedService<Self>",
-            "impl<T: Calculator> ::rpc_core::codegen::Service for CalculatorServer<T>",
-            "fn descriptor(&self) -> &'static ::rpc_core::codegen::ServiceDescriptor { &SERVICE }",
+            "pub fn with_interceptor(inner: T, interceptor: impl rpc_runtime::codegen::Interceptor,) \
+             -> rpc_runtime::codegen::InterceptedService<Self>",
+            "impl<T: Calculator> rpc_runtime::codegen::Service for CalculatorServer<T>",
+            "fn descriptor(&self) -> &'static rpc_runtime::codegen::ServiceDescriptor { &SERVICE }",
             "0usize => { let inner = ::std::sync::Arc::clone(&self.inner); \
-             ::rpc_core::codegen::unary_async(request, reply, move |req| async move { \
+             rpc_runtime::codegen::unary_async(request, reply, move |req| async move { \
              <T as Calculator>::add(&inner, req).await });",
-            "::rpc_core::codegen::client_streaming_async(request, reply,",
-            "::rpc_core::codegen::server_streaming_async(request, reply,",
-            "::rpc_core::codegen::bidi_streaming_async(request, reply,",
-            "pub static SERVICE: ::rpc_core::codegen::ServiceDescriptor = \
-             ::rpc_core::codegen::ServiceDescriptor { name: \"calc.Calculator\", methods: &METHODS, };",
+            "rpc_runtime::codegen::client_streaming_async(request, reply,",
+            "rpc_runtime::codegen::server_streaming_async(request, reply,",
+            "rpc_runtime::codegen::bidi_streaming_async(request, reply,",
+            "pub static SERVICE: rpc_runtime::codegen::ServiceDescriptor = \
+             rpc_runtime::codegen::ServiceDescriptor { name: \"calc.Calculator\", methods: &METHODS, };",
         ] {
             assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{source}");
         }
@@ -200,20 +220,20 @@ mod tests {
     fn sync_handlers_are_plain_functions() {
         let source = service_source(
             &calculator(),
-            Emit {
+            &Emit {
                 client: false,
-                server: true,
                 sync_handlers: true,
+                ..Emit::new()
             },
         );
         let flat = squash(&source);
         for expected in [
-            "fn add(&self, request: ::rpc_core::codegen::Request<super::AddRequest>,) \
-             -> ::core::result::Result<::rpc_core::codegen::Response<super::AddReply>, ::rpc_core::codegen::Status>;",
-            "type CountStream: ::core::iter::IntoIterator<Item = ::core::result::Result<super::CountReply, ::rpc_core::codegen::Status>>;",
+            "fn add(&self, request: rpc_runtime::codegen::Request<super::AddRequest>,) \
+             -> ::core::result::Result<rpc_runtime::codegen::Response<super::AddReply>, rpc_runtime::codegen::Status>;",
+            "type CountStream: ::core::iter::IntoIterator<Item = ::core::result::Result<super::CountReply, rpc_runtime::codegen::Status>>;",
             "0usize => { let inner: &T = &self.inner; \
-             ::rpc_core::codegen::unary(request, reply, |req| { <T as Calculator>::add(inner, req) });",
-            "::rpc_core::codegen::bidi_streaming(request, reply,",
+             rpc_runtime::codegen::unary(request, reply, |req| { <T as Calculator>::add(inner, req) });",
+            "rpc_runtime::codegen::bidi_streaming(request, reply,",
         ] {
             assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{source}");
         }
@@ -224,24 +244,36 @@ mod tests {
     fn halves_can_be_left_out() {
         let client_only = service_source(
             &calculator(),
-            Emit {
-                client: true,
+            &Emit {
                 server: false,
-                sync_handlers: false,
+                ..Emit::new()
             },
         );
         assert!(client_only.contains("pub mod calculator_client"));
         assert!(!client_only.contains("calculator_server"));
         let server_only = service_source(
             &calculator(),
-            Emit {
+            &Emit {
                 client: false,
-                server: true,
-                sync_handlers: false,
+                ..Emit::new()
             },
         );
         assert!(!server_only.contains("calculator_client"));
         assert!(server_only.contains("pub mod calculator_server"));
+    }
+
+    #[test]
+    fn every_module_imports_the_runtime_under_the_users_name_for_it() {
+        let source = service_source(
+            &calculator(),
+            &Emit {
+                runtime_crate: "tonic".to_owned(),
+                ..Emit::new()
+            },
+        );
+        // The client module, its `blocking` module, the server module.
+        assert_eq!(source.matches("use ::tonic as rpc_runtime;").count(), 3);
+        assert!(!source.contains("::rpc_core"), "{source}");
     }
 
     #[test]

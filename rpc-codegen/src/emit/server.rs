@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::common::{allow_lints, doc_attrs, ident, message_type, method_docs, methods_static};
+use super::common::{doc_attrs, ident, message_type, method_docs, methods_static, module_prelude};
 use crate::model::{upper_camel_case, Method, MethodKind, Service};
 
 /// The name of a streaming-response method's associated type (`StreamingOutputCallStream`),
@@ -15,14 +15,14 @@ pub fn stream_type_name(method: &Method) -> String {
 }
 
 /// The tokens of the server module of `service` (`sync`: blocking handlers).
-pub fn tokens(service: &Service, sync: bool) -> TokenStream {
+pub fn tokens(service: &Service, sync: bool, runtime: &syn::Ident) -> TokenStream {
     let module = ident(&service.server_mod);
     let trait_ = ident(&service.trait_name);
     let server = ident(&service.server_name);
     // The generic parameter must not shadow the trait (`service T`).
     let generic = ident(if service.trait_name == "T" { "S" } else { "T" });
     let full_name = &service.full_name;
-    let allow = allow_lints();
+    let allow = module_prelude(runtime);
 
     let mut mod_docs = vec![format!(" Server side of the `{full_name}` service.")];
     if let Some(note) = &service.rename_note {
@@ -64,7 +64,7 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
     let call_body = if service.methods.is_empty() {
         quote! {
             let _ = (method_index, request);
-            reply.fail(::rpc_core::codegen::Status::unimplemented("this service has no methods"));
+            reply.fail(rpc_runtime::codegen::Status::unimplemented("this service has no methods"));
         }
     } else {
         quote! {
@@ -72,7 +72,7 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                 #( #arms )*
                 _ => {
                     let _ = request;
-                    reply.fail(::rpc_core::codegen::Status::unimplemented("no such method"));
+                    reply.fail(rpc_runtime::codegen::Status::unimplemented("no such method"));
                 }
             }
         }
@@ -112,9 +112,9 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                 /// values into their extensions, or refuse them with a status.
                 pub fn with_interceptor(
                     inner: #generic,
-                    interceptor: impl ::rpc_core::codegen::Interceptor,
-                ) -> ::rpc_core::codegen::InterceptedService<Self> {
-                    ::rpc_core::codegen::InterceptedService::new(Self::new(inner), interceptor)
+                    interceptor: impl rpc_runtime::codegen::Interceptor,
+                ) -> rpc_runtime::codegen::InterceptedService<Self> {
+                    rpc_runtime::codegen::InterceptedService::new(Self::new(inner), interceptor)
                 }
 
                 /// The handler implementation.
@@ -129,8 +129,8 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                 }
             }
 
-            impl<#generic: #trait_> ::rpc_core::codegen::Service for #server<#generic> {
-                fn descriptor(&self) -> &'static ::rpc_core::codegen::ServiceDescriptor {
+            impl<#generic: #trait_> rpc_runtime::codegen::Service for #server<#generic> {
+                fn descriptor(&self) -> &'static rpc_runtime::codegen::ServiceDescriptor {
                     &SERVICE
                 }
 
@@ -145,8 +145,8 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
                 fn call(
                     &self,
                     method_index: usize,
-                    request: ::rpc_core::codegen::IncomingRequest,
-                    reply: ::rpc_core::codegen::ReplySink,
+                    request: rpc_runtime::codegen::IncomingRequest,
+                    reply: rpc_runtime::codegen::ReplySink,
                 ) {
                     #call_body
                 }
@@ -157,8 +157,8 @@ pub fn tokens(service: &Service, sync: bool) -> TokenStream {
             pub static FILE_DESCRIPTOR_SET: &[u8] = #descriptor_set;
 
             /// The static description of this service.
-            pub static SERVICE: ::rpc_core::codegen::ServiceDescriptor =
-                ::rpc_core::codegen::ServiceDescriptor {
+            pub static SERVICE: rpc_runtime::codegen::ServiceDescriptor =
+                rpc_runtime::codegen::ServiceDescriptor {
                     name: #full_name,
                     methods: &METHODS,
                 };
@@ -175,7 +175,7 @@ fn trait_item(method: &Method, sync: bool) -> TokenStream {
     let input = message_type(&method.input_type);
     let output = message_type(&method.output_type);
     let docs = method_docs(method, &format!("Handles `{}`.", method.proto_name));
-    let cg = quote!(::rpc_core::codegen);
+    let cg = quote!(rpc_runtime::codegen);
     let request = match method.kind {
         MethodKind::Unary | MethodKind::ServerStreaming => quote!(#cg::Request<#input>),
         MethodKind::ClientStreaming | MethodKind::BidiStreaming => {
@@ -241,7 +241,7 @@ fn call_arm(
         quote! {
             #index => {
                 let inner: &#generic = &self.inner;
-                ::rpc_core::codegen::#helper(request, reply, |req| {
+                rpc_runtime::codegen::#helper(request, reply, |req| {
                     <#generic as #trait_>::#name(inner, req)
                 });
             }
@@ -250,7 +250,7 @@ fn call_arm(
         quote! {
             #index => {
                 let inner = ::std::sync::Arc::clone(&self.inner);
-                ::rpc_core::codegen::#helper(request, reply, move |req| async move {
+                rpc_runtime::codegen::#helper(request, reply, move |req| async move {
                     <#generic as #trait_>::#name(&inner, req).await
                 });
             }

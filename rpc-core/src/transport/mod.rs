@@ -7,6 +7,9 @@
 //! its [`RecvBuf`] is dropped, and [`Link::take_reposted`] tells the runtime how many credits it
 //! may return to the peer. A transport never needs to buffer beyond its posted slots: a peer that
 //! sends without a free slot has broken the protocol and is disconnected.
+//!
+//! Here too, at tonic's paths (`tonic::transport::{Channel, Endpoint, Server}`): [`Channel`]
+//! (a connection), [`Endpoint`] (its builder) and [`Server`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +17,9 @@ use std::time::Duration;
 use crate::protocol::v2::Hello;
 use crate::Error;
 
+pub use crate::runtime::client::channel::{Channel, Endpoint};
+/// The server builder's entry point, at tonic's path (`tonic::transport::Server`).
+pub use crate::runtime::server::Server;
 pub use reposts::CreditsDue;
 use shared_bounds::SHARED_SIGNAL_EVERY;
 

@@ -2,7 +2,7 @@ use hello_world::greeter_client::GreeterClient;
 use hello_world::HelloRequest;
 
 pub mod hello_world {
-    rpc_core::include_proto!("helloworld");
+    tonic::include_proto!("helloworld");
 }
 
 #[tokio::main]
@@ -12,7 +12,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "http://[::1]:50051".to_string());
     let mut client = GreeterClient::connect(dst).await?;
 
-    let request = rpc_core::Request::new(HelloRequest {
+    let request = tonic::Request::new(HelloRequest {
         name: "Tonic".into(),
     });
 

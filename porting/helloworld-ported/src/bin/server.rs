@@ -1,15 +1,16 @@
-use rpc_core::{Request, Response, Server, Status};
+use tonic::{transport::Server, Request, Response, Status};
 
 use hello_world::greeter_server::{Greeter, GreeterServer};
 use hello_world::{HelloReply, HelloRequest};
 
 pub mod hello_world {
-    rpc_core::include_proto!("helloworld");
+    tonic::include_proto!("helloworld");
 }
 
 #[derive(Debug, Default)]
 pub struct MyGreeter {}
 
+#[tonic::async_trait]
 impl Greeter for MyGreeter {
     async fn say_hello(
         &self,

@@ -3,6 +3,7 @@
 //! whichever thread handles the reply's completion: the poller, a driving caller or the TCP
 //! I/O thread; usable from tokio or from plain threads).
 
+pub(crate) mod channel;
 mod streams;
 mod unary;
 

@@ -1,0 +1,178 @@
+//! tonic's names for a connection and its builder: [`Channel`] and [`Endpoint`], at
+//! `rpc_core::transport`, where tonic has them, so that code written against
+//! `tonic::transport::{Channel, Endpoint}` compiles after a port.
+
+use std::time::Duration;
+
+use super::{parse_target, Client, ClientBuilder};
+use crate::protocol::Keepalive;
+use crate::Error;
+
+/// The connection a generated client calls through: this framework's [`Client`] under tonic's
+/// name. Cheap to clone; clients of several services may share one
+/// (`GreeterClient::new(channel.clone())`).
+pub type Channel = Client;
+
+/// Where and how to connect, tonic's `Endpoint`: a target (`http://host:port`, or `tcp://`,
+/// `verbs://`, `grpc://` to choose the transport) and the connection's settings.
+/// [`Endpoint::connect`] makes the [`Channel`].
+///
+/// ```no_run
+/// # async fn run() -> Result<(), rpc_core::Error> {
+/// use rpc_core::transport::Endpoint;
+/// use std::time::Duration;
+///
+/// let channel = Endpoint::from_static("http://127.0.0.1:50051")
+///     .connect_timeout(Duration::from_secs(5))
+///     .timeout(Duration::from_secs(1))
+///     .connect()
+///     .await?;
+/// # drop(channel); Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    target: String,
+    builder: ClientBuilder,
+}
+
+impl Endpoint {
+    /// The endpoint of `target`, with the default settings.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidAddress`] for an unknown scheme, `https://` (TLS goes through
+    /// [`Endpoint::with_builder`] and [`ClientBuilder::grpc_tls`]) or a target without address.
+    pub fn new(target: impl Into<String>) -> Result<Endpoint, Error> {
+        Endpoint::with_builder(target, ClientBuilder::default())
+    }
+
+    /// [`Endpoint::new`], under tonic's name for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::new`].
+    pub fn from_shared(target: impl Into<String>) -> Result<Endpoint, Error> {
+        Endpoint::new(target)
+    }
+
+    /// The endpoint of a target known when the program is written.
+    ///
+    /// # Panics
+    ///
+    /// If [`Endpoint::new`] refuses `target`, as tonic's does for an invalid URI.
+    pub fn from_static(target: &'static str) -> Endpoint {
+        match Endpoint::new(target) {
+            Ok(endpoint) => endpoint,
+            Err(err) => panic!("Endpoint::from_static: {err}"),
+        }
+    }
+
+    /// The endpoint of `target` with every setting of `builder` (transport, TLS, rings,
+    /// interceptor, memory budget, ...): the settings tonic's `Endpoint` has no method for.
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::new`].
+    pub fn with_builder(
+        target: impl Into<String>,
+        builder: ClientBuilder,
+    ) -> Result<Endpoint, Error> {
+        let target = target.into();
+        parse_target(&target)?;
+        Ok(Endpoint { target, builder })
+    }
+
+    /// The target, as given.
+    pub fn uri(&self) -> &str {
+        &self.target
+    }
+
+    /// The timeout of every call that sets none itself ([`ClientBuilder::timeout`]).
+    pub fn timeout(mut self, timeout: Duration) -> Endpoint {
+        self.builder = self.builder.timeout(timeout);
+        self
+    }
+
+    /// How long [`Endpoint::connect`] may take ([`ClientBuilder::connect_timeout`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Endpoint {
+        self.builder = self.builder.connect_timeout(timeout);
+        self
+    }
+
+    /// The silence after which the connection sends a keepalive PING (tonic's
+    /// `http2_keep_alive_interval`; [`ClientBuilder::keepalive`]).
+    pub fn http2_keep_alive_interval(self, interval: Duration) -> Endpoint {
+        self.with_keepalive(|keepalive| keepalive.interval = interval)
+    }
+
+    /// How long a keepalive PING may go unanswered before the connection is declared dead
+    /// (tonic's `keep_alive_timeout`).
+    pub fn keep_alive_timeout(self, timeout: Duration) -> Endpoint {
+        self.with_keepalive(|keepalive| keepalive.timeout = timeout)
+    }
+
+    /// Changes the keepalive settings, from the defaults if keepalive was off.
+    fn with_keepalive(mut self, change: impl FnOnce(&mut Keepalive)) -> Endpoint {
+        let mut keepalive = self.builder.keepalive.unwrap_or_default();
+        change(&mut keepalive);
+        self.builder = self.builder.keepalive(Some(keepalive));
+        self
+    }
+
+    /// Connects, on a thread of its own (the future does not block its executor).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientBuilder::connect`].
+    pub async fn connect(&self) -> Result<Channel, Error> {
+        self.builder.clone().connect_async(&self.target).await
+    }
+}
+
+impl TryFrom<String> for Endpoint {
+    type Error = Error;
+
+    fn try_from(target: String) -> Result<Endpoint, Error> {
+        Endpoint::new(target)
+    }
+}
+
+impl TryFrom<&'static str> for Endpoint {
+    type Error = Error;
+
+    fn try_from(target: &'static str) -> Result<Endpoint, Error> {
+        Endpoint::new(target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_take_tonic_uris_and_refuse_what_connect_would() {
+        assert_eq!(
+            Endpoint::new("http://[::1]:50051").unwrap().uri(),
+            "http://[::1]:50051"
+        );
+        assert!(Endpoint::from_shared("verbs://10.0.0.1:7000".to_string()).is_ok());
+        assert!(matches!(
+            Endpoint::new("ftp://x:1"),
+            Err(Error::InvalidAddress(_))
+        ));
+        assert!(matches!(
+            Endpoint::new("http://"),
+            Err(Error::InvalidAddress(_))
+        ));
+    }
+
+    #[test]
+    fn keepalive_settings_start_from_the_defaults() {
+        let endpoint = Endpoint::from_static("http://127.0.0.1:1")
+            .http2_keep_alive_interval(Duration::from_secs(7))
+            .keep_alive_timeout(Duration::from_secs(3));
+        let keepalive = endpoint.builder.keepalive.unwrap();
+        assert_eq!(keepalive.interval, Duration::from_secs(7));
+        assert_eq!(keepalive.timeout, Duration::from_secs(3));
+    }
+}
