@@ -19,7 +19,7 @@
 #   make test-softroce-fallback  scripts/softroce-vm boots again under TCG when KVM is not ready
 #                           by the boot deadline (one TCG boot)
 #   make interop-tcp        gRPC's interop cases (interop-client against interop-server) over TCP
-#   make porting            porting/'s tonic greeter and its port: changed lines, both pairs greet
+#   make porting            porting/'s tonic applications and their ports: changed lines, every pair
 #   make test-verbs         the verbs tests + the interop cases inside scripts/softroce-vm (one guest)
 #   make test-verbs-2hosts  two-host verbs tests + the examples and the interop cases across two
 #                           guests
@@ -137,8 +137,8 @@ interop-tcp: bins
 interop-grpc: bins
 	scripts/interop-grpc --bin $(TARGET_DIR)/debug
 
-# The tonic applications of porting/ and their ports (docs/PORTING.md): the lines the port
-# changed, and each pair greeting (scripts/porting).
+# The tonic applications of porting/ and their ports (docs/PORTING.md): the lines each port
+# changed, and every client against every server (scripts/porting).
 porting: bins
 	scripts/porting --bin $(TARGET_DIR)/debug
 
