@@ -135,6 +135,9 @@ pub struct InprocArgs {
     pub async_handlers: bool,
     /// Each call as an application makes it: with a deadline and two metadata entries.
     pub realistic: bool,
+    /// Call through the async client, awaited inside a tokio multi-thread runtime's
+    /// `block_on`, instead of the blocking one.
+    pub async_client: bool,
     /// Serve and call over RDMA verbs on this address (`--verbs ADDR:PORT`) instead of the
     /// in-process transport; the result then counts posts and polls per message.
     pub verbs: Option<String>,
@@ -215,7 +218,7 @@ usage:
   rpc-bench stream --connect ADDR:PORT [--transport tcp|verbs] --size N --count N [--warmup N]
   rpc-bench idle   [--connections 64] [--seconds 10] [--transport tcp] [--addr 127.0.0.1]
   rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin] [--async]
-                   [--realistic] [--verbs ADDR:PORT]
+                   [--realistic] [--async-client] [--verbs ADDR:PORT]
   rpc-bench tcp-conns [--conns 2000]
   rpc-bench verbs-conns --connect ADDR:PORT --conns N [--in-flight 16] [--out FILE]
                         [--hold FILE]
@@ -292,12 +295,14 @@ where the percentage is CPU seconds / wall seconds x 100.
 
 const INPROC_USAGE: &str = "\
 usage: rpc-bench inproc --calls N [--size 64] [--warmup 1000] [--pool] [--default-spin]
-                       [--async] [--realistic] [--verbs ADDR:PORT]
+                       [--async] [--realistic] [--async-client] [--verbs ADDR:PORT]
 
 In one process: an `ours` echo server on mem:bench (the in-process transport), handler
 inline (--pool: on the worker pool; --async: the async handler rpc-codegen generates by
 default), and a client making N blocking calls of --size bytes (--realistic: each with a
-deadline of 10 s and two metadata entries, a request id and a bearer token). --verbs serves
+deadline of 10 s and two metadata entries, a request id and a bearer token; --async-client:
+the async client, its calls awaited one after another inside a tokio multi-thread runtime's
+block_on, as an async application's main makes them). --verbs serves
 and calls over RDMA verbs on ADDR:PORT instead (an RDMA device must serve ADDR), and counts
 the process's ibv_post_send calls and completion-queue polls per message. Both pollers sleep as soon as
 their queue is empty (idle spin 0), so no busy-polling is counted. Prints {\"calls\":N}.
@@ -683,7 +688,14 @@ fn parse_idle(args: &[String]) -> Result<Command, Failure> {
 
 fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
     let (flags, rest): (Vec<String>, Vec<String>) = args.iter().cloned().partition(|a| {
-        ["--pool", "--default-spin", "--async", "--realistic"].contains(&a.as_str())
+        [
+            "--pool",
+            "--default-spin",
+            "--async",
+            "--realistic",
+            "--async-client",
+        ]
+        .contains(&a.as_str())
     });
     let opts = Options::parse(&rest, &["calls", "size", "warmup", "verbs"])?;
     let size = usize::try_from(opts.number("size")?.unwrap_or(64))
@@ -698,6 +710,7 @@ fn parse_inproc(args: &[String]) -> Result<Command, Failure> {
         default_spin: flags.iter().any(|f| f == "--default-spin"),
         async_handlers: flags.iter().any(|f| f == "--async"),
         realistic: flags.iter().any(|f| f == "--realistic"),
+        async_client: flags.iter().any(|f| f == "--async-client"),
         verbs: opts.get("verbs").map(str::to_owned),
     }))
 }
@@ -856,6 +869,11 @@ mod tests {
             panic!("inproc --realistic")
         };
         assert!(inproc.realistic && !inproc.pool && !inproc.async_handlers);
+        assert!(!inproc.async_client);
+        let Ok(Command::Inproc(inproc)) = parse(args("inproc --calls 10 --async-client")) else {
+            panic!("inproc --async-client")
+        };
+        assert!(inproc.async_client && !inproc.async_handlers);
         assert_eq!(inproc.verbs, None);
         let Ok(Command::Inproc(inproc)) = parse(args("inproc --calls 10 --verbs 10.0.0.1:7"))
         else {

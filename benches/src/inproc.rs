@@ -5,6 +5,10 @@
 //! the wake-ups of sleeping threads), its handler inline on the poller; a client in the same
 //! process makes `calls` blocking echo calls and checks every reply.
 //!
+//! `--async-client` makes the calls through the async client instead, awaited one after
+//! another inside a tokio multi-thread runtime's `block_on`, as an async application's
+//! `main` makes them.
+//!
 //! `--pool` runs the handler on the worker pool instead; `--async` serves the async handler
 //! rpc-codegen generates by default ([`crate::ours::AsyncEchoService`]: an `async fn` run
 //! as a task, whose future finishes on its first poll) instead of the synchronous one. The calls after `--warmup` form the
@@ -25,6 +29,7 @@ use rpc_core::{Client, Execution, TransportKind};
 
 use crate::cli::InprocArgs;
 use crate::echo::echo_client::blocking::EchoClient;
+use crate::echo::echo_client::EchoClient as AsyncEchoClient;
 use crate::echo::echo_server::EchoServer;
 use crate::echo::EchoRequest;
 use crate::payload::Payload;
@@ -115,29 +120,35 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let echo = EchoClient::new(client);
     let payload = Payload::new(args.size);
-    let mut failed = 0u64;
-    let mut start = None;
-    for seq in 0..args.calls {
-        if seq == args.warmup {
-            start = Some(Snapshot::start(allocations));
-        }
-        let mut request = rpc_core::Request::new(EchoRequest {
-            payload: payload.request(seq),
-        });
-        if args.realistic {
-            realistic(&mut request, seq);
-        }
-        match echo.echo(request).map(rpc_core::Response::into_inner) {
-            Ok(reply) if payload.matches(seq, &reply.payload) => {}
-            Ok(_) => failed += 1,
-            Err(status) => {
-                if failed == 0 {
-                    eprintln!("rpc-bench inproc: call {seq} failed: {status}");
-                }
-                failed += 1;
+    let mut calls = Calls {
+        args,
+        payload: &payload,
+        allocations,
+        failed: 0,
+        start: None,
+    };
+    if args.async_client {
+        // An async application's main: the calls awaited one after another on the runtime's
+        // `block_on` thread, the runtime's workers idle.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .map_err(|e| format!("cannot start a tokio runtime: {e}"))?;
+        let mut client = AsyncEchoClient::from(echo.clone());
+        runtime.block_on(async {
+            for seq in 0..args.calls {
+                let request = calls.request(seq);
+                let outcome = client.echo(request).await;
+                calls.check(seq, outcome);
             }
+        });
+    } else {
+        for seq in 0..args.calls {
+            let request = calls.request(seq);
+            calls.check(seq, echo.echo(request));
         }
     }
+    let Calls { failed, start, .. } = calls;
     let window = args.calls - args.warmup;
     let end = Snapshot::end(allocations);
     let start = start.unwrap_or(end);
@@ -198,6 +209,50 @@ impl Snapshot {
     }
 }
 
+/// The calls of a run: each one's request, and the tally of their outcomes.
+struct Calls<'a> {
+    args: &'a InprocArgs,
+    payload: &'a Payload,
+    allocations: Option<fn() -> u64>,
+    failed: u64,
+    /// The counters when the window began (at call `args.warmup`).
+    start: Option<Snapshot>,
+}
+
+impl Calls<'_> {
+    /// Call `seq`'s request; the window's counters start before the first counted one.
+    fn request(&mut self, seq: u64) -> rpc_core::Request<EchoRequest> {
+        if seq == self.args.warmup {
+            self.start = Some(Snapshot::start(self.allocations));
+        }
+        let mut request = rpc_core::Request::new(EchoRequest {
+            payload: self.payload.request(seq),
+        });
+        if self.args.realistic {
+            realistic(&mut request, seq);
+        }
+        request
+    }
+
+    /// Counts call `seq` as failed unless it echoed its payload.
+    fn check(
+        &mut self,
+        seq: u64,
+        outcome: Result<rpc_core::Response<crate::echo::EchoReply>, rpc_core::Status>,
+    ) {
+        match outcome.map(rpc_core::Response::into_inner) {
+            Ok(reply) if self.payload.matches(seq, &reply.payload) => {}
+            Ok(_) => self.failed += 1,
+            Err(status) => {
+                if self.failed == 0 {
+                    eprintln!("rpc-bench inproc: call {seq} failed: {status}");
+                }
+                self.failed += 1;
+            }
+        }
+    }
+}
+
 /// Voluntary context switches of every thread of this process so far: each is a thread
 /// going to sleep (and someone waking it). `None` where `/proc` cannot be read.
 fn sleeps() -> Option<u64> {
@@ -234,11 +289,13 @@ mod tests {
     // One test: every run binds the same in-process address.
     #[test]
     fn round_trips_in_process() {
-        for (pool, default_spin, async_handlers, realistic) in [
-            (false, false, false, false),
-            (false, false, false, true),
-            (false, true, true, false),
-            (true, true, true, true),
+        for (pool, default_spin, async_handlers, realistic, async_client) in [
+            (false, false, false, false, false),
+            (false, false, false, true, false),
+            (false, true, true, false, false),
+            (true, true, true, true, false),
+            (false, false, false, false, true),
+            (true, true, true, true, true),
         ] {
             let args = crate::cli::InprocArgs {
                 calls: 50,
@@ -248,6 +305,7 @@ mod tests {
                 default_spin,
                 async_handlers,
                 realistic,
+                async_client,
                 verbs: None,
             };
             let result = super::run(&args, None).unwrap();

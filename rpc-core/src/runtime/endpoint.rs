@@ -367,6 +367,26 @@ impl Endpoint {
         ready
     }
 
+    /// [`Endpoint::drive`] for a future's first poll: the busy polling for up to `spin`
+    /// only, never the sleep on the queue after it (a future must not hold its executor's
+    /// thread), so that a reply that comes within `spin` needs no wake-up, as a blocking
+    /// caller's does not. Not ready by then, the future leaves its waker, and the poller
+    /// thread (woken by [`Endpoint::stop_driving`] if it stood back) takes over.
+    pub(crate) fn drive_briefly(
+        &self,
+        spin: Duration,
+        deadline: Option<Instant>,
+        ready: impl Fn() -> bool,
+    ) -> bool {
+        if spin.is_zero() || !self.duty.start_driving() {
+            return ready();
+        }
+        self.poll_until(spin, deadline, 1, &ready);
+        let ready = ready();
+        self.stop_driving(ready);
+        ready
+    }
+
     /// [`Endpoint::drive`] for a blocking reader of a response stream whose inbox is empty,
     /// on a queue that [needs polling](CompletionQueue::needs_polling) (over TCP the I/O
     /// thread handles what it reads, and a spinning reader only takes its CPU). A reader

@@ -29,6 +29,8 @@ pub(super) struct Started {
     /// A future of this call was polled and is pending: counted among the endpoint's
     /// waiters until the call is over for its caller.
     pub(super) counted_waiting: bool,
+    /// A future of this call drove the completion queue in its first poll.
+    pub(super) driven: bool,
 }
 
 impl Drop for Started {
@@ -113,6 +115,17 @@ impl Started {
             .drive(spin, self.deadline, || outcome.is_complete());
         self.cell.thread_waiting.set(false);
     }
+
+    /// A future's first poll: drives the completion queue for up to `spin`, as a blocking
+    /// caller does before it parks (see [`Endpoint::drive_briefly`]). The reply that lands
+    /// meanwhile is decoded as soon as the poll goes on: it may stay in its slot.
+    fn drive_briefly(&self, spin: Duration) {
+        let outcome = &self.cell.outcome;
+        self.cell.thread_waiting.set(true);
+        self.endpoint
+            .drive_briefly(spin, self.deadline, || outcome.is_complete());
+        self.cell.thread_waiting.set(false);
+    }
 }
 
 pub(super) enum FutureState<Resp> {
@@ -159,6 +172,22 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
     }
 }
 
+impl Started {
+    /// The outcome for a future's poll. The first poll drives the queue for up to `spin`
+    /// before it looks, so that a reply coming soon needs no wake-up of the executor.
+    fn poll_outcome(
+        &mut self,
+        cx: &mut Context<'_>,
+        spin: Duration,
+    ) -> Poll<Result<Reply, Status>> {
+        if !self.driven {
+            self.driven = true;
+            self.drive_briefly(spin);
+        }
+        self.cell.outcome.poll_take(cx)
+    }
+}
+
 // The future never relies on its fields staying in place (nothing is pin-projected).
 impl<Resp> Unpin for ResponseFuture<Resp> {}
 
@@ -168,17 +197,19 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let outcome = match &mut this.state {
-            FutureState::Pending(started) => match started.cell.outcome.poll_take(cx) {
-                Poll::Ready(r) => r,
-                Poll::Pending => {
-                    // Its waker relies on somebody else polling (see `Endpoint::waiting`).
-                    if !started.counted_waiting {
-                        started.counted_waiting = true;
-                        started.endpoint.begin_waiting();
+            FutureState::Pending(started) => {
+                match started.poll_outcome(cx, this.client.inner.config.spin) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => {
+                        // Its waker relies on somebody else polling (see `Endpoint::waiting`).
+                        if !started.counted_waiting {
+                            started.counted_waiting = true;
+                            started.endpoint.begin_waiting();
+                        }
+                        return Poll::Pending;
                     }
-                    return Poll::Pending;
                 }
-            },
+            }
             FutureState::Stream {
                 responses,
                 headers,
@@ -272,6 +303,7 @@ impl Client {
             cells: Arc::clone(&native.cells),
             deadline,
             counted_waiting: false,
+            driven: false,
         })
     }
 
