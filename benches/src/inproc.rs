@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use rpc_core::{Client, Execution, TransportKind};
+use rpc_core::{Client, Execution, MetadataValue, TransportKind};
 
 use crate::cli::InprocArgs;
 use crate::echo::echo_client::blocking::EchoClient;
@@ -277,11 +277,12 @@ fn realistic(request: &mut rpc_core::Request<EchoRequest>, seq: u64) {
         *digit = b"0123456789abcdef"[((seq >> (60 - 4 * i)) & 0xf) as usize];
     }
     let id = std::str::from_utf8(&id).expect("hex digits");
-    for (key, value) in [("x-request-id", id), ("authorization", "Bearer 3q2+7w==")] {
-        metadata
-            .insert(key, value)
-            .expect("valid ASCII metadata entries");
-    }
+    // tonic's way: a value parsed from the id, and the credential's made once.
+    metadata.insert("x-request-id", id.parse().expect("hex digits are ASCII"));
+    metadata.insert(
+        "authorization",
+        MetadataValue::from_static("Bearer 3q2+7w=="),
+    );
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::executor::block_on;
 use futures::stream::{self, BoxStream, StreamExt};
 use futures::FutureExt;
+use rpc_core::metadata::{AsciiMetadataValue, BinaryMetadataValue, MetadataValue};
 use rpc_core::{Code, MetadataMap, Request, Response, Status, Streaming};
 
 use crate::grpc_testing::test_service_client::{self, blocking::TestServiceClient};
@@ -164,15 +165,15 @@ pub type ResponseStream = BoxStream<'static, Result<StreamingOutputCallResponse,
 /// What a call's request metadata asks to be echoed.
 #[derive(Debug, Clone, Default)]
 struct Echo {
-    initial: Option<String>,
-    trailing: Option<Vec<u8>>,
+    initial: Option<AsciiMetadataValue>,
+    trailing: Option<BinaryMetadataValue>,
 }
 
 impl Echo {
     fn of(metadata: &MetadataMap) -> Echo {
         Echo {
-            initial: metadata.get(ECHO_INITIAL_KEY).map(str::to_owned),
-            trailing: metadata.get_bin(ECHO_TRAILING_KEY).map(<[u8]>::to_vec),
+            initial: metadata.get(ECHO_INITIAL_KEY).cloned(),
+            trailing: metadata.get_bin(ECHO_TRAILING_KEY).cloned(),
         }
     }
 
@@ -180,10 +181,7 @@ impl Echo {
     fn headers(&self) -> MetadataMap {
         let mut headers = MetadataMap::new();
         if let Some(value) = &self.initial {
-            // It arrived as valid metadata, so it goes back as valid metadata.
-            if let Err(err) = headers.insert(ECHO_INITIAL_KEY, value) {
-                tracing::warn!("not echoing {ECHO_INITIAL_KEY}: {err}");
-            }
+            headers.insert(ECHO_INITIAL_KEY, value.clone());
         }
         headers
     }
@@ -192,9 +190,7 @@ impl Echo {
     fn trailers(&self) -> MetadataMap {
         let mut trailers = MetadataMap::new();
         if let Some(value) = &self.trailing {
-            if let Err(err) = trailers.insert_bin(ECHO_TRAILING_KEY, value) {
-                tracing::warn!("not echoing {ECHO_TRAILING_KEY}: {err}");
-            }
+            trailers.insert_bin(ECHO_TRAILING_KEY, value.clone());
         }
         trailers
     }
@@ -370,12 +366,10 @@ impl TestService for TestServiceImpl {
             }),
             ..SimpleResponse::default()
         });
-        if let Err(err) = response
-            .metadata_mut()
-            .insert("cache-control", "max-age=60, public")
-        {
-            tracing::warn!("no cache-control header: {err}");
-        }
+        response.metadata_mut().insert(
+            "cache-control",
+            MetadataValue::from_static("max-age=60, public"),
+        );
         Ok(echo.apply(response))
     }
 
@@ -813,7 +807,9 @@ fn failed(what: &str) -> impl FnOnce(Status) -> String + '_ {
 /// The echoed metadata a `custom_metadata` call must have come back with.
 fn check_echoed(what: &str, headers: &MetadataMap, trailers: Option<&MetadataMap>) -> Verdict {
     check(
-        headers.get(ECHO_INITIAL_KEY) == Some(ECHO_INITIAL_VALUE),
+        headers
+            .get(ECHO_INITIAL_KEY)
+            .is_some_and(|v| v == ECHO_INITIAL_VALUE),
         || {
             format!(
                 "{what}: the response headers lack {ECHO_INITIAL_KEY}: {ECHO_INITIAL_VALUE} (have {})",
@@ -823,7 +819,9 @@ fn check_echoed(what: &str, headers: &MetadataMap, trailers: Option<&MetadataMap
     )?;
     let trailers = trailers.ok_or_else(|| format!("{what}: no trailers"))?;
     check(
-        trailers.get_bin(ECHO_TRAILING_KEY) == Some(&ECHO_TRAILING_VALUE[..]),
+        trailers
+            .get_bin(ECHO_TRAILING_KEY)
+            .is_some_and(|v| *v == ECHO_TRAILING_VALUE[..]),
         || {
             format!(
                 "{what}: the trailers lack {ECHO_TRAILING_KEY}: {ECHO_TRAILING_VALUE:02x?} (have {})",
@@ -1187,10 +1185,14 @@ impl CaseRun<'_> {
     fn with_echo_metadata<T>(&self, message: T) -> Result<Request<T>, String> {
         let mut request = self.request(message)?;
         let metadata = request.metadata_mut();
-        metadata
-            .insert(ECHO_INITIAL_KEY, ECHO_INITIAL_VALUE)
-            .and_then(|()| metadata.insert_bin(ECHO_TRAILING_KEY, &ECHO_TRAILING_VALUE))
-            .map_err(|err| format!("cannot set the echo metadata: {err}"))?;
+        metadata.insert(
+            ECHO_INITIAL_KEY,
+            MetadataValue::from_static(ECHO_INITIAL_VALUE),
+        );
+        metadata.insert_bin(
+            ECHO_TRAILING_KEY,
+            MetadataValue::from_bytes(&ECHO_TRAILING_VALUE),
+        );
         Ok(request)
     }
 
@@ -1330,18 +1332,16 @@ mod tests {
         });
         request
             .metadata_mut()
-            .insert(ECHO_INITIAL_KEY, "v")
-            .unwrap();
+            .insert(ECHO_INITIAL_KEY, MetadataValue::from_static("v"));
         request
             .metadata_mut()
-            .insert_bin(ECHO_TRAILING_KEY, &[1, 2])
-            .unwrap();
+            .insert_bin(ECHO_TRAILING_KEY, MetadataValue::from_bytes(&[1, 2]));
         let response = block_on(service.unary_call(request.clone())).unwrap();
         assert_eq!(response.get_ref().payload.as_ref().unwrap().body, [0; 5]);
-        assert_eq!(response.metadata().get(ECHO_INITIAL_KEY), Some("v"));
+        assert_eq!(response.metadata().get(ECHO_INITIAL_KEY).unwrap(), "v");
         assert_eq!(
-            response.trailers().get_bin(ECHO_TRAILING_KEY),
-            Some(&[1, 2][..])
+            *response.trailers().get_bin(ECHO_TRAILING_KEY).unwrap(),
+            [1, 2][..]
         );
 
         request.get_mut().response_status = Some(EchoStatus {
@@ -1354,8 +1354,8 @@ mod tests {
             (Code::FailedPrecondition, "no")
         );
         assert_eq!(
-            status.metadata().get_bin(ECHO_TRAILING_KEY),
-            Some(&[1, 2][..])
+            *status.metadata().get_bin(ECHO_TRAILING_KEY).unwrap(),
+            [1, 2][..]
         );
         assert_eq!(service.calls_in_progress(), 0);
     }

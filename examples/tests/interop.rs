@@ -452,8 +452,8 @@ fn half_duplex_and_cacheable_calls() {
         .cacheable_unary_call(SimpleRequest::default())
         .expect("CacheableUnaryCall");
     assert_eq!(
-        response.metadata().get("cache-control"),
-        Some("max-age=60, public")
+        response.metadata().get("cache-control").unwrap(),
+        "max-age=60, public"
     );
     let body = &response.get_ref().payload.as_ref().expect("a payload").body;
     let nanos: u128 = std::str::from_utf8(body)

@@ -3,18 +3,19 @@
 //! auth token added or checked, a request id stamped, a call refused.
 //!
 //! ```
-//! use rpc_core::{Client, Request, Server, Status};
+//! use rpc_core::{Client, MetadataValue, Request, Server, Status};
 //!
 //! // Client side: every call carries a token.
 //! let client = Client::builder().interceptor(|mut request: Request<()>| {
-//!     request.metadata_mut().insert("authorization", "Bearer s3cret").unwrap();
+//!     let token = MetadataValue::from_static("Bearer s3cret");
+//!     request.metadata_mut().insert("authorization", token);
 //!     Ok(request)
 //! });
 //!
 //! // Server side: calls without it are refused before any handler runs.
 //! let server = Server::builder().interceptor(|request: Request<()>| {
 //!     match request.metadata().get("authorization") {
-//!         Some("Bearer s3cret") => Ok(request),
+//!         Some(token) if token == "Bearer s3cret" => Ok(request),
 //!         _ => Err(Status::unauthenticated("a valid token is required")),
 //!     }
 //! });

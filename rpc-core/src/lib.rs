@@ -96,7 +96,7 @@ pub mod codegen;
 mod error;
 mod free_list;
 mod interceptor;
-mod metadata;
+pub mod metadata;
 pub mod protocol;
 mod request;
 mod runtime;
@@ -106,7 +106,7 @@ pub mod transport;
 
 pub use error::Error;
 pub use interceptor::Interceptor;
-pub use metadata::MetadataMap;
+pub use metadata::{MetadataKey, MetadataMap, MetadataValue};
 pub use request::{
     Extensions, IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response,
 };

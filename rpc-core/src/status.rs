@@ -188,7 +188,7 @@ mod tests {
         );
         assert!(s.metadata().is_empty());
         let mut md = MetadataMap::new();
-        md.insert("retry-after", "5").unwrap();
+        md.insert("retry-after", crate::MetadataValue::from_static("5"));
         let s = Status::with_metadata(Code::Unavailable, "busy", md.clone());
         assert_eq!((s.details(), s.metadata()), (&[][..], &md));
         let s = Status::with_details_and_metadata(Code::Aborted, "", &[3u8][..], md.clone());

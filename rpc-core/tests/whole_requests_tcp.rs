@@ -14,7 +14,7 @@ use common::{raw_hello, with_watchdog, Blob, METHODS};
 use rpc_core::codegen::{self, IncomingRequest, ReplySink, Service, ServiceDescriptor};
 use rpc_core::protocol::v2::{extension, flags, metadata, Header, Kind};
 use rpc_core::protocol::HEADER_LEN;
-use rpc_core::{Client, Request, Response, Server, TransportKind};
+use rpc_core::{Client, MetadataValue, Request, Response, Server, TransportKind};
 
 /// One frame off the stream: its header and payload.
 fn read_frame(stream: &mut TcpStream) -> Option<(Header, Vec<u8>)> {
@@ -122,11 +122,12 @@ fn calls_against(accept: bool, calls: usize) -> Vec<SeenCall> {
             };
             let mut request = Request::new(blob.clone());
             if i > 0 {
-                request.metadata_mut().insert("x-user", "alice").unwrap();
                 request
                     .metadata_mut()
-                    .insert("x-call", &i.to_string())
-                    .unwrap();
+                    .insert("x-user", MetadataValue::from_static("alice"));
+                request
+                    .metadata_mut()
+                    .insert("x-call", MetadataValue::from(i));
             }
             let reply = client.unary::<Blob, Blob>(&METHODS[0], request).unwrap();
             assert_eq!(reply.into_inner(), blob);
@@ -170,7 +171,11 @@ impl Service for MetadataEcho {
     }
     fn call(&self, _: usize, request: IncomingRequest, reply: ReplySink) {
         codegen::unary(request, reply, |r: Request<Blob>| {
-            let mut data = r.metadata().get("x-user").unwrap_or("").as_bytes().to_vec();
+            let mut data = r
+                .metadata()
+                .get("x-user")
+                .map_or(&[][..], |v| v.as_bytes())
+                .to_vec();
             data.extend_from_slice(&r.into_inner().data);
             Ok(Response::new(Blob { data }))
         })
@@ -197,7 +202,9 @@ fn a_whole_request_larger_than_a_slot_reaches_the_handler_whole() {
         let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
         for _ in 0..3 {
             let mut request = Request::new(Blob { data: data.clone() });
-            request.metadata_mut().insert("x-user", "alice").unwrap();
+            request
+                .metadata_mut()
+                .insert("x-user", MetadataValue::from_static("alice"));
             let reply = client.unary::<Blob, Blob>(&METHODS[0], request).unwrap();
             assert_eq!(
                 reply.into_inner().data,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpc_core::{
-    Client, Code, Request, Response, RingConfig, Server, SharedRings, Status, TransportKind,
+    Client, Code, MetadataValue, Request, Response, RingConfig, Server, SharedRings, Status,
+    TransportKind,
 };
 
 use crate::testing::torture_client::{self, blocking::TortureClient};
@@ -34,7 +35,10 @@ impl Torture for TortureService {
         let caller = request.extensions().get::<Caller>().cloned();
         let mut response = Response::new(request.into_inner());
         if let Some(Caller(name)) = caller {
-            response.metadata_mut().insert("x-caller", &name)?;
+            let name = name
+                .parse()
+                .map_err(|e| Status::internal(format!("x-caller: {e}")))?;
+            response.metadata_mut().insert("x-caller", name);
         }
         Ok(response)
     }
@@ -79,8 +83,7 @@ impl Torture for TortureService {
         let mut response = Response::new(futures::stream::iter(refusal));
         response
             .metadata_mut()
-            .insert("x-refused-by", "torture")
-            .expect("valid metadata");
+            .insert("x-refused-by", MetadataValue::from_static("torture"));
         Ok(response)
     }
 }

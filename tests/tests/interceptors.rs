@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rpc_core::standard::health::health_client::blocking::HealthClient;
 use rpc_core::standard::health::HealthCheckRequest;
-use rpc_core::{Client, Code, Request, Response, Server, Status, TransportKind};
+use rpc_core::{Client, Code, MetadataValue, Request, Response, Server, Status, TransportKind};
 use rpc_tests::scenarios::{payload, Caller, TortureService, RING};
 use rpc_tests::testing::gate_client::blocking::GateClient;
 use rpc_tests::testing::gate_server::{Gate, GateServer};
@@ -24,7 +24,11 @@ fn server(service: TortureService) -> Server {
         .ring(RING)
         .workers(2)
         .interceptor(|mut request: Request<()>| {
-            if request.metadata().get("authorization") == Some(TOKEN) {
+            if request
+                .metadata()
+                .get("authorization")
+                .is_some_and(|t| t == TOKEN)
+            {
                 request
                     .extensions_mut()
                     .insert(Caller("the token holder".into()));
@@ -47,9 +51,9 @@ fn client(server: &Server, transport: TransportKind, with_token: bool) -> Tortur
     if with_token {
         builder = builder.interceptor(|mut request: Request<()>| {
             let metadata = request.metadata_mut();
-            metadata.insert("authorization", TOKEN).unwrap();
+            metadata.insert("authorization", MetadataValue::from_static(TOKEN));
             // A forgery: the handler reads the caller from the extensions only.
-            metadata.insert("x-caller", "a forger").unwrap();
+            metadata.insert("x-caller", MetadataValue::from_static("a forger"));
             Ok(request)
         });
     }
@@ -133,7 +137,11 @@ fn health_checks_pass_the_server_interceptor_unless_asked() {
         let server = Server::builder()
             .ring(RING)
             .interceptor(|request: Request<()>| {
-                if request.metadata().get("authorization") == Some(TOKEN) {
+                if request
+                    .metadata()
+                    .get("authorization")
+                    .is_some_and(|t| t == TOKEN)
+                {
                     Ok(request)
                 } else {
                     Err(Status::unauthenticated("a valid token is required"))
@@ -172,7 +180,11 @@ fn a_service_interceptor_guards_its_service_only() {
         .add_service(TortureServer::with_interceptor(
             service,
             |mut request: Request<()>| {
-                if request.metadata().get("authorization") != Some(TOKEN) {
+                if !request
+                    .metadata()
+                    .get("authorization")
+                    .is_some_and(|t| t == TOKEN)
+                {
                     return Err(Status::unauthenticated("a valid token is required"));
                 }
                 request
@@ -200,7 +212,10 @@ fn a_service_interceptor_guards_its_service_only() {
         let echoed = client(&server, transport, true)
             .echo(payload(2, 8))
             .expect("with the token");
-        assert_eq!(echoed.metadata().get("x-caller"), Some("the token holder"));
+        assert_eq!(
+            echoed.metadata().get("x-caller").unwrap(),
+            "the token holder"
+        );
     }
     assert_eq!(
         handled.load(Ordering::SeqCst),

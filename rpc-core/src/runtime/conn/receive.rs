@@ -340,7 +340,7 @@ impl Conn {
                     let Some(CallRef::Awaiting(mut boxed)) = owned.core.take_user(call) else {
                         return None;
                     };
-                    let awaiting = std::mem::replace(&mut *boxed, Awaiting::EMPTY);
+                    let awaiting = std::mem::replace(&mut *boxed, Awaiting::empty());
                     owned.spare_awaiting = Some(boxed);
                     awaiting
                 }

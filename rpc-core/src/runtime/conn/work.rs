@@ -42,12 +42,14 @@ pub(crate) struct Awaiting {
 
 impl Awaiting {
     /// What a kept box holds between two such calls (nothing allocated).
-    pub(super) const EMPTY: Awaiting = Awaiting {
-        method: 0,
-        kind: MethodKind::Unary,
-        deadline: None,
-        headers: MetadataMap::new(),
-    };
+    pub(super) const fn empty() -> Awaiting {
+        Awaiting {
+            method: 0,
+            kind: MethodKind::Unary,
+            deadline: None,
+            headers: MetadataMap::new(),
+        }
+    }
 }
 
 /// Client: who waits for a call's outcome.

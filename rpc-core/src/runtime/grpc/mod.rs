@@ -267,6 +267,7 @@ pub(crate) fn format_timeout(timeout: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MetadataValue;
 
     #[test]
     fn timeouts_round_trip_without_shortening() {
@@ -295,8 +296,8 @@ mod tests {
     #[test]
     fn status_survives_headers() {
         let mut md = MetadataMap::new();
-        md.insert_bin("trace-bin", &[0, 0xab, 0xff]).unwrap();
-        md.insert("x-id", "7").unwrap();
+        md.insert_bin("trace-bin", MetadataValue::from_bytes(&[0, 0xab, 0xff]));
+        md.insert("x-id", MetadataValue::from_static("7"));
         let status = Status::with_details_and_metadata(
             Code::Unknown,
             "\t\ntest with whitespace\r\nand Unicode BMP ☺ and non-BMP 😈\t\n",

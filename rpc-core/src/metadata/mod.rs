@@ -1,0 +1,562 @@
+//! A call's custom metadata, in tonic's shapes: [`MetadataMap`] (request headers, response
+//! headers, trailers), [`MetadataValue`] and [`MetadataKey`] of the two kinds, [`Ascii`]
+//! (printable-ASCII values) and [`Binary`] (any bytes, under names ending in `-bin`). Names are
+//! lower-case; those starting with `grpc-` are reserved for the protocol.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use crate::protocol::v2::metadata as wire;
+#[cfg(test)]
+use crate::Error;
+
+mod value;
+
+pub use value::{
+    AsMetadataKey, Ascii, AsciiMetadataKey, AsciiMetadataValue, Binary, BinaryMetadataKey,
+    BinaryMetadataValue, IntoMetadataKey, MetadataKey, MetadataValue, ValueEncoding,
+};
+
+/// Metadata entries in the order they were added; a name may repeat.
+///
+/// ```
+/// use rpc_core::metadata::{MetadataMap, MetadataValue};
+/// let mut md = MetadataMap::new();
+/// md.insert("x-request-id", "42".parse().unwrap());
+/// md.insert_bin("trace-bin", MetadataValue::from_bytes(&[0xab, 0xcd]));
+/// assert_eq!(md.get("x-request-id").unwrap(), "42");
+/// assert_eq!(md.get_bin("trace-bin").unwrap().to_bytes().unwrap().as_ref(), &[0xab, 0xcd]);
+/// assert_eq!(md.get("absent"), None);
+/// ```
+#[derive(Clone, Default)]
+pub struct MetadataMap {
+    /// `None` (nothing allocated, one word to move) while there are no entries, what most
+    /// calls carry.
+    stored: Option<Box<Stored>>,
+}
+
+/// What a map with entries holds.
+#[derive(Clone)]
+struct Stored {
+    /// The entries as the wire's metadata block (`docs/PROTOCOL.md` §10), every one checked:
+    /// one buffer for them all, sent as it is and filled from a received block with one copy.
+    block: Vec<u8>,
+    /// The entries as [`MetadataValue`]s, made at the first lookup (which returns references
+    /// to them, as tonic's does) and dropped at any change: one copy of the block, shared by
+    /// them all. Calls whose metadata nobody looks up never make it.
+    values: OnceLock<Box<[Entry]>>,
+}
+
+/// One entry of a map's looked-up form: where its name is in the block, and its value.
+#[derive(Clone)]
+struct Entry {
+    name: std::ops::Range<usize>,
+    value: EntryValue,
+}
+
+#[derive(Clone)]
+enum EntryValue {
+    Ascii(MetadataValue<Ascii>),
+    Binary(MetadataValue<Binary>),
+}
+
+/// Bytes a map reserves for its entries at its first insertion.
+const FIRST_BLOCK: usize = 128;
+
+/// The largest buffer a thread keeps for its next map ([`SPARE`]).
+const SPARE_LIMIT: usize = 1024;
+
+thread_local! {
+    /// What the last map this thread dropped held (its buffer at most [`SPARE_LIMIT`] bytes):
+    /// a thread making call after call with metadata, or a poller handing each request its
+    /// metadata, reuses it instead of allocating per call.
+    static SPARE: Cell<Option<Box<Stored>>> = const { Cell::new(None) };
+}
+
+/// An empty [`Stored`] with room for `len` bytes: the thread's spare if it has one.
+fn stored_with_capacity(len: usize) -> Box<Stored> {
+    let mut stored = SPARE.with(Cell::take).unwrap_or_else(|| {
+        Box::new(Stored {
+            block: Vec::new(),
+            values: OnceLock::new(),
+        })
+    });
+    stored.block.reserve(len);
+    stored
+}
+
+impl Drop for MetadataMap {
+    // Inlined: most maps are empty, and their drop is one comparison where they die.
+    #[inline(always)]
+    fn drop(&mut self) {
+        if let Some(stored) = self.stored.take() {
+            spare(stored);
+        }
+    }
+}
+
+/// Leaves a dropped map's storage to its thread, unless the thread has some with a buffer or
+/// this buffer is large.
+#[inline(never)]
+fn spare(mut stored: Box<Stored>) {
+    if stored.block.capacity() <= SPARE_LIMIT {
+        stored.block.clear();
+        stored.values.take();
+        SPARE.with(|spare| {
+            let held = spare.take();
+            spare.set(match held {
+                Some(held) if held.block.capacity() != 0 => Some(held),
+                _ => Some(stored),
+            });
+        });
+    }
+}
+
+impl std::fmt::Debug for MetadataMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetadataMap")
+            .field("entries", &self.iter().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl PartialEq for MetadataMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for MetadataMap {}
+
+impl MetadataMap {
+    /// An empty map (no allocation).
+    pub const fn new() -> Self {
+        MetadataMap { stored: None }
+    }
+
+    /// The entries as the wire's block.
+    fn block(&self) -> &[u8] {
+        self.stored.as_deref().map_or(&[], |stored| &stored.block)
+    }
+
+    /// The storage, to change it (with room for `len` more bytes at least at its first
+    /// change); the looked-up form is dropped.
+    fn changing(&mut self, len: usize) -> &mut Stored {
+        let stored = self
+            .stored
+            .get_or_insert_with(|| stored_with_capacity(len.max(FIRST_BLOCK)));
+        stored.values.take();
+        stored
+    }
+
+    /// Sets `key` to the ASCII `value`, replacing earlier values; returns the first of them.
+    ///
+    /// # Panics
+    ///
+    /// A `&'static str` key that is not a valid name of ASCII entries (as tonic's does):
+    /// see [`MetadataKey::from_bytes`].
+    pub fn insert<K: IntoMetadataKey<Ascii>>(
+        &mut self,
+        key: K,
+        value: MetadataValue<Ascii>,
+    ) -> Option<MetadataValue<Ascii>> {
+        let key = key.into_metadata_key();
+        let earlier = self.remove_first(key.as_str());
+        self.push(key.as_str(), value.bytes());
+        earlier
+    }
+
+    /// Adds an ASCII `value` for `key`, keeping earlier ones; returns whether there were any.
+    ///
+    /// # Panics
+    ///
+    /// As [`MetadataMap::insert`].
+    pub fn append<K: IntoMetadataKey<Ascii>>(
+        &mut self,
+        key: K,
+        value: MetadataValue<Ascii>,
+    ) -> bool {
+        let key = key.into_metadata_key();
+        let had = self.contains_key(key.as_str());
+        self.push(key.as_str(), value.bytes());
+        had
+    }
+
+    /// Sets the binary `key` (ending in `-bin`) to `value`, replacing earlier values; returns
+    /// the first of them.
+    ///
+    /// # Panics
+    ///
+    /// A `&'static str` key that is not a valid name of binary entries.
+    pub fn insert_bin<K: IntoMetadataKey<Binary>>(
+        &mut self,
+        key: K,
+        value: MetadataValue<Binary>,
+    ) -> Option<MetadataValue<Binary>> {
+        let key = key.into_metadata_key();
+        let earlier = self.remove_first(key.as_str());
+        self.push(key.as_str(), value.bytes());
+        earlier.map(|e| MetadataValue::copied(e.bytes()))
+    }
+
+    /// Adds a binary `value` for `key` (ending in `-bin`), keeping earlier ones; returns
+    /// whether there were any.
+    ///
+    /// # Panics
+    ///
+    /// As [`MetadataMap::insert_bin`].
+    pub fn append_bin<K: IntoMetadataKey<Binary>>(
+        &mut self,
+        key: K,
+        value: MetadataValue<Binary>,
+    ) -> bool {
+        let key = key.into_metadata_key();
+        let had = self.contains_key(key.as_str());
+        self.push(key.as_str(), value.bytes());
+        had
+    }
+
+    /// Appends a checked entry to the block, and drops the looked-up form.
+    fn push(&mut self, key: &str, value: &[u8]) {
+        // Room for a few entries at the first: one allocation for what a call usually
+        // carries, or none with the thread's spare.
+        let stored = self.changing(wire::entry_len(key, value));
+        wire::push_entry(&mut stored.block, key, value);
+    }
+
+    /// Removes every value of `key`, returning the first (as an ASCII value, whatever its
+    /// kind: the callers convert).
+    fn remove_first(&mut self, key: &str) -> Option<MetadataValue<Ascii>> {
+        let first = self.get_raw(key)?;
+        let first = MetadataValue::copied(first);
+        let stored = self.changing(0);
+        stored.block = retained(&stored.block, |name| !name.eq_ignore_ascii_case(key));
+        Some(first)
+    }
+
+    /// The first ASCII value of `key`.
+    pub fn get<K: AsMetadataKey<Ascii>>(&self, key: K) -> Option<&MetadataValue<Ascii>> {
+        self.get_all(key).next()
+    }
+
+    /// The first binary value of `key` (a `-bin` name).
+    pub fn get_bin<K: AsMetadataKey<Binary>>(&self, key: K) -> Option<&MetadataValue<Binary>> {
+        self.get_all_bin(key).next()
+    }
+
+    /// Every ASCII value of `key`, in order.
+    pub fn get_all<K: AsMetadataKey<Ascii>>(
+        &self,
+        key: K,
+    ) -> impl Iterator<Item = &MetadataValue<Ascii>> {
+        self.named(key).filter_map(|value| match value {
+            EntryValue::Ascii(v) => Some(v),
+            EntryValue::Binary(_) => None,
+        })
+    }
+
+    /// Every binary value of `key`, in order.
+    pub fn get_all_bin<K: AsMetadataKey<Binary>>(
+        &self,
+        key: K,
+    ) -> impl Iterator<Item = &MetadataValue<Binary>> {
+        self.named(key).filter_map(|value| match value {
+            EntryValue::Binary(v) => Some(v),
+            EntryValue::Ascii(_) => None,
+        })
+    }
+
+    /// The values of the entries named `key` (any case), from the looked-up form.
+    fn named<VE: ValueEncoding, K: AsMetadataKey<VE>>(
+        &self,
+        key: K,
+    ) -> impl Iterator<Item = &EntryValue> {
+        let block = self.block();
+        self.looked_up()
+            .iter()
+            .filter(move |e| {
+                block[e.name.clone()].eq_ignore_ascii_case(key.as_metadata_name().as_bytes())
+            })
+            .map(|e| &e.value)
+    }
+
+    /// The entries as values, made at the first call after a change.
+    fn looked_up(&self) -> &[Entry] {
+        let Some(stored) = self.stored.as_deref() else {
+            return &[];
+        };
+        stored.values.get_or_init(|| {
+            let block = &stored.block;
+            let shared = Bytes::copy_from_slice(block);
+            let base = block.as_ptr() as usize;
+            wire::checked_raw_entries(block)
+                .map(|(name, value)| {
+                    let name_at = name.as_ptr() as usize - base;
+                    let value_at = value.as_ptr() as usize - base;
+                    let bytes = shared.slice(value_at..value_at + value.len());
+                    Entry {
+                        name: name_at..name_at + name.len(),
+                        value: if name.ends_with(b"-bin") {
+                            EntryValue::Binary(MetadataValue::from_checked(bytes))
+                        } else {
+                            EntryValue::Ascii(MetadataValue::from_checked(bytes))
+                        },
+                    }
+                })
+                .collect()
+        })
+    }
+
+    fn get_raw(&self, key: &str) -> Option<&[u8]> {
+        wire::checked_raw_entries(self.block())
+            .find(|(k, _)| k.eq_ignore_ascii_case(key.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    /// Removes every ASCII value of `key`; returns the first.
+    pub fn remove<K: AsMetadataKey<Ascii>>(&mut self, key: K) -> Option<MetadataValue<Ascii>> {
+        let key = key.as_metadata_name();
+        if key.ends_with("-bin") {
+            return None;
+        }
+        let key = key.to_owned();
+        self.remove_first(&key)
+    }
+
+    /// Removes every binary value of `key`; returns the first.
+    pub fn remove_bin<K: AsMetadataKey<Binary>>(
+        &mut self,
+        key: K,
+    ) -> Option<MetadataValue<Binary>> {
+        let key = key.as_metadata_name();
+        if !key.ends_with("-bin") {
+            return None;
+        }
+        let key = key.to_owned();
+        self.remove_first(&key)
+            .map(|e| MetadataValue::copied(e.bytes()))
+    }
+
+    /// Whether `key` has a value.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get_raw(key).is_some()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.block().is_empty()
+    }
+
+    /// The entries as `(name, value)`, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        wire::checked_entries(self.block())
+    }
+
+    /// Appends every entry of `other`.
+    pub fn extend(&mut self, mut other: MetadataMap) {
+        if other.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            std::mem::swap(&mut self.stored, &mut other.stored);
+        } else {
+            self.changing(0).block.extend_from_slice(other.block());
+        }
+    }
+
+    /// The entries as the wire's metadata block (`docs/PROTOCOL.md` §8).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        self.block().to_vec()
+    }
+
+    /// [`MetadataMap::encode`] without a copy, for a map that is done with.
+    pub(crate) fn into_block(mut self) -> Vec<u8> {
+        self.stored.take().map_or(Vec::new(), |mut stored| {
+            let block = std::mem::take(&mut stored.block);
+            spare(stored);
+            block
+        })
+    }
+
+    /// The block itself, without a copy (see [`MetadataMap::encode`]).
+    pub(crate) fn as_block(&self) -> &[u8] {
+        self.block()
+    }
+
+    /// The custom entries of a validated block (the reserved `grpc-` ones are left out).
+    pub(crate) fn from_block(block: &[u8]) -> MetadataMap {
+        if block.is_empty() {
+            return MetadataMap::new();
+        }
+        let mut stored = stored_with_capacity(block.len());
+        if wire::has_reserved(block) {
+            retain_into(&mut stored.block, block, |name| !wire::is_reserved(name));
+        } else {
+            stored.block.extend_from_slice(block);
+        }
+        MetadataMap {
+            stored: Some(stored),
+        }
+    }
+
+    /// Adds an entry another protocol delivered (the gRPC face's HTTP/2 headers), checked
+    /// like [`MetadataMap::append`]; invalid or reserved ones are skipped.
+    pub fn append_raw(&mut self, key: &str, value: &[u8]) -> bool {
+        let stored = self.changing(wire::entry_len(key, value));
+        wire::push_checked_entry(&mut stored.block, key, value, key.ends_with("-bin"))
+    }
+}
+
+/// The entries of the checked `block` whose names `keep` accepts, as a block of their own.
+fn retained(block: &[u8], keep: impl Fn(&str) -> bool) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(block.len());
+    retain_into(&mut kept, block, keep);
+    kept
+}
+
+/// Appends to `out` the entries of the checked `block` whose names `keep` accepts.
+fn retain_into(out: &mut Vec<u8>, block: &[u8], keep: impl Fn(&str) -> bool) {
+    for (name, value) in wire::checked_entries(block).filter(|(name, _)| keep(name)) {
+        wire::push_entry(out, name, value);
+    }
+}
+
+/// Whether `key` (lower-cased) and `value` may be sent, and if not, why.
+#[cfg(test)]
+fn check(key: &str, value: &[u8], binary: bool) -> Result<(), Error> {
+    value::check_name(key.as_bytes(), binary)?;
+    if !binary && !wire::printable(value) {
+        return Err(Error::InvalidMetadata(format!(
+            "`{}`: ASCII values are printable characters (0x20 to 0x7E)",
+            key.to_ascii_lowercase()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_a_wire_block() {
+        let mut md = MetadataMap::new();
+        assert_eq!(md.insert("X-Mixed-Case", "v1".parse().unwrap()), None);
+        assert!(md.append("x-mixed-case", "v2".parse().unwrap()));
+        md.insert_bin("blob-bin", MetadataValue::from_bytes(&[0, 255, 10]));
+        let back = MetadataMap::from_block(&md.encode());
+        assert_eq!(back, md);
+        assert_eq!(back.get_all("x-mixed-case").count(), 2);
+        assert_eq!(back.get("X-MIXED-CASE").unwrap(), "v1");
+        assert_eq!(back.get_bin("blob-bin").unwrap(), &[0, 255, 10][..]);
+        // The kinds do not mix.
+        assert!(back.get("blob-bin").is_none());
+        assert!(back.get_bin("x-mixed-case").is_none());
+    }
+
+    #[test]
+    fn lookups_see_every_change() {
+        let mut md = MetadataMap::new();
+        md.insert("x-a", MetadataValue::from_static("1"));
+        assert_eq!(md.get("x-a").unwrap(), "1");
+        assert_eq!(md.insert("x-a", "2".parse().unwrap()).unwrap(), "1");
+        assert_eq!(md.get("x-a").unwrap(), "2");
+        md.append("x-b", 3.into());
+        assert_eq!(md.get("x-b").unwrap(), "3");
+        assert_eq!(md.remove("x-a").unwrap(), "2");
+        assert!(md.get("x-a").is_none());
+        let mut more = MetadataMap::new();
+        more.insert("x-c", MetadataValue::from_static("4"));
+        md.extend(more);
+        assert_eq!(md.get("x-c").unwrap(), "4");
+        assert!(md.append_raw("x-d", b"5"));
+        assert!(!md.append_raw("x-e", b"\n"));
+        assert_eq!(md.get("x-d").unwrap(), "5");
+        assert_eq!(md.len(), 3);
+    }
+
+    #[test]
+    fn a_thread_reuses_the_buffer_of_a_map_it_dropped() {
+        std::thread::spawn(|| {
+            let filled = || {
+                let mut md = MetadataMap::new();
+                md.insert("x-request-id", MetadataValue::from_static("42"));
+                md
+            };
+            let (first, second) = (filled(), filled());
+            let kept = first.as_block().as_ptr();
+            drop(first);
+            // The thread keeps one spare: the second buffer goes back to the allocator.
+            drop(second);
+            let again = filled();
+            assert_eq!(again.as_block().as_ptr(), kept, "the spare was reused");
+            assert_eq!(again.get("x-request-id").unwrap(), "42");
+            let from_wire = MetadataMap::from_block(again.as_block());
+            drop(again);
+            assert_eq!(from_wire.get("x-request-id").unwrap(), "42");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn the_one_pass_check_agrees_with_the_reasons_given() {
+        let names = [
+            "x-id", "X-Id", "grpc-x", "GRPC-x", "a-bin", "A-BIN", "", "a b", "a:b", "é", "_.-09",
+        ];
+        let long = "n".repeat(256);
+        let values: [&[u8]; 4] = [b"v", b"", b"a\nb", &[0xff, 0]];
+        for name in names.iter().copied().chain([long.as_str()]) {
+            for value in values {
+                for binary in [false, true] {
+                    let mut block = Vec::new();
+                    let written = wire::push_checked_entry(&mut block, name, value, binary);
+                    assert_eq!(
+                        written,
+                        check(name, value, binary).is_ok(),
+                        "{name:?} {value:?}"
+                    );
+                    assert_eq!(written, !block.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_what_cannot_cross_the_wire() {
+        assert!(
+            "grpc-status".parse::<AsciiMetadataKey>().is_err(),
+            "reserved"
+        );
+        assert!(
+            "a\nb".parse::<AsciiMetadataValue>().is_err(),
+            "control character"
+        );
+        assert!(
+            "x-bin".parse::<AsciiMetadataKey>().is_err(),
+            "-bin takes bytes"
+        );
+        assert!(
+            "x-text".parse::<BinaryMetadataKey>().is_err(),
+            "bytes need -bin"
+        );
+        assert!("".parse::<AsciiMetadataKey>().is_err());
+        let mut md = MetadataMap::new();
+        assert!(!md.append_raw("grpc-status", b"0"));
+        assert!(!md.append_raw("x-bad", b"\x01"));
+        assert!(md.is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid metadata name")]
+    fn a_static_name_that_cannot_be_sent_panics_as_tonics_does() {
+        MetadataMap::new().insert("x-bin", MetadataValue::from_static("text"));
+    }
+}
