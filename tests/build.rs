@@ -33,4 +33,17 @@ fn main() {
     if let Err(err) = rpc_codegen::configure().compile_protos(&protos, &[&tricky, &proto]) {
         panic!("code generation failed: {err}");
     }
+
+    // The calculator's server again, its handlers chosen per method: `Add` and `RunningTotal`
+    // blocking, the rest async (`tests/mixed_handlers.rs`).
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    if let Err(err) = rpc_codegen::configure()
+        .build_client(false)
+        .sync_handlers_for("calc.Calculator.Add")
+        .sync_handlers_for("calc.Calculator.RunningTotal")
+        .out_dir(out.join("mixed"))
+        .compile_protos(&[proto.join("calculator.proto")], &[&proto])
+    {
+        panic!("code generation (mixed handlers) failed: {err}");
+    }
 }

@@ -42,8 +42,10 @@
 //! fn main() -> std::io::Result<()> {
 //!     rpc_codegen::configure()
 //!         .build_client(false)
-//!         // Blocking handlers, for the lowest latency (see `Builder::sync_handlers`).
+//!         // Blocking handlers, for the lowest latency (see `Builder::sync_handlers`)...
 //!         .sync_handlers(true)
+//!         // ... but this method's async (a whole service may be named too).
+//!         .async_handlers_for("calc.Calculator.Evaluate")
 //!         .prost_config(|config| {
 //!             config.bytes(["."]);
 //!         })
@@ -141,6 +143,7 @@ pub fn configure() -> Builder {
         build_client: true,
         build_server: true,
         sync_handlers: false,
+        handler_overrides: Vec::new(),
         out_dir: None,
         emit_rerun_if_changed: true,
         runtime_crate: None,
@@ -154,6 +157,7 @@ pub struct Builder {
     build_client: bool,
     build_server: bool,
     sync_handlers: bool,
+    handler_overrides: Vec<(String, bool)>,
     out_dir: Option<PathBuf>,
     emit_rerun_if_changed: bool,
     runtime_crate: Option<String>,
@@ -182,6 +186,24 @@ impl Builder {
     /// blocked worker for those that do.
     pub fn sync_handlers(mut self, enable: bool) -> Self {
         self.sync_handlers = enable;
+        self
+    }
+
+    /// Blocking handlers for one service (`"calc.Calculator"`: its fully qualified protobuf
+    /// name) or one method (`"calc.Calculator.Add"`), whatever [`Builder::sync_handlers`]
+    /// says for the rest. The most specific setting wins: a method's over its service's, a
+    /// service's over the default; of two for the same name, the later. The trait then mixes
+    /// plain functions and `async fn`s.
+    pub fn sync_handlers_for(mut self, name: impl Into<String>) -> Self {
+        self.handler_overrides.push((name.into(), true));
+        self
+    }
+
+    /// Async handlers for one service or method (named as for
+    /// [`Builder::sync_handlers_for`]), where [`Builder::sync_handlers`] made the default
+    /// blocking.
+    pub fn async_handlers_for(mut self, name: impl Into<String>) -> Self {
+        self.handler_overrides.push((name.into(), false));
         self
     }
 
@@ -276,6 +298,7 @@ impl Builder {
             client: self.build_client,
             server: self.build_server,
             sync_handlers: self.sync_handlers,
+            handler_overrides: std::mem::take(&mut self.handler_overrides),
             runtime_crate: self.runtime_crate.take().unwrap_or_else(runtime_crate_name),
         };
         if emit.client || emit.server {

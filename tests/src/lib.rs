@@ -14,6 +14,12 @@ pub mod calc {
     rpc_core::include_proto!("calc");
 }
 
+/// The calculator's server with handlers chosen per method (`Add` and `RunningTotal`
+/// blocking, the others async: `build.rs`).
+pub mod calc_mixed {
+    include!(concat!(env!("OUT_DIR"), "/mixed/calc.rs"));
+}
+
 /// The demo echo service (`proto/echo.proto`).
 pub mod echo {
     rpc_core::include_proto!("echo");

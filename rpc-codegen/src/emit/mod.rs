@@ -18,8 +18,12 @@ pub struct Emit {
     pub client: bool,
     /// Emit `<service>_server`.
     pub server: bool,
-    /// Server handlers are plain (blocking) functions instead of async ones.
+    /// Server handlers are plain (blocking) functions instead of async ones, unless
+    /// `handler_overrides` says otherwise for their method or service.
     pub sync_handlers: bool,
+    /// Per service (`pkg.Service`) or method (`pkg.Service.Method`): whether its handlers are
+    /// blocking. A method's entry wins over its service's, which wins over `sync_handlers`.
+    pub handler_overrides: Vec<(String, bool)>,
     /// The name under which the crate using the generated code depends on `rpc-core`:
     /// `rpc_core`, or the name a `Cargo.toml` renames it to (`tonic = { package = "rpc-core" }`
     /// gives `tonic`). Each generated module imports it as `rpc_runtime`.
@@ -33,8 +37,24 @@ impl Emit {
             client: true,
             server: true,
             sync_handlers: false,
+            handler_overrides: Vec::new(),
             runtime_crate: "rpc_core".to_owned(),
         }
+    }
+
+    /// Whether the handler of `method` of `service` is a blocking function.
+    pub fn sync_handler(&self, service: &Service, method: &crate::model::Method) -> bool {
+        let method_name = format!("{}.{}", service.full_name, method.proto_name);
+        let named = |name: &str| {
+            self.handler_overrides
+                .iter()
+                .rev()
+                .find(|(n, _)| n.trim_start_matches('.') == name)
+                .map(|&(_, sync)| sync)
+        };
+        named(&method_name)
+            .or_else(|| named(&service.full_name))
+            .unwrap_or(self.sync_handlers)
     }
 }
 
@@ -48,9 +68,14 @@ impl Default for Emit {
 pub fn service_tokens(service: &Service, emit: &Emit) -> TokenStream {
     let runtime = common::ident(&emit.runtime_crate);
     let client = emit.client.then(|| client::tokens(service, &runtime));
+    let sync: Vec<bool> = service
+        .methods
+        .iter()
+        .map(|method| emit.sync_handler(service, method))
+        .collect();
     let server = emit
         .server
-        .then(|| server::tokens(service, emit.sync_handlers, &runtime));
+        .then(|| server::tokens(service, &sync, &runtime));
     quote! { #client #server }
 }
 
@@ -238,6 +263,38 @@ mod tests {
             assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{source}");
         }
         assert!(!flat.contains("Future"));
+    }
+
+    #[test]
+    fn handlers_are_chosen_per_service_and_method() {
+        let emit = Emit {
+            sync_handlers: true,
+            handler_overrides: vec![
+                ("calc.Calculator".to_owned(), false),
+                (".calc.Calculator.Add".to_owned(), true),
+            ],
+            ..Emit::new()
+        };
+        let service = calculator();
+        let chosen: Vec<bool> = service
+            .methods
+            .iter()
+            .map(|m| emit.sync_handler(&service, m))
+            .collect();
+        // The method's setting wins over the service's, which wins over the default.
+        assert_eq!(chosen, [true, false, false, false, false]);
+        let flat = squash(&service_source(&service, &emit));
+        for expected in [
+            "fn add(&self, request: rpc_runtime::codegen::Request<super::AddRequest>,) \
+             -> ::core::result::Result<rpc_runtime::codegen::Response<super::AddReply>, rpc_runtime::codegen::Status>;",
+            "fn sum(&self, request: rpc_runtime::codegen::Request<rpc_runtime::codegen::Streaming<super::SumRequest>>,) \
+             -> impl ::core::future::Future<",
+            "0usize => { let inner: &T = &self.inner; rpc_runtime::codegen::unary(request, reply,",
+            "rpc_runtime::codegen::client_streaming_async(request, reply,",
+            "const BLOCKING: &[bool] = &[true, false, false, false, false];",
+        ] {
+            assert!(flat.contains(&squash(expected)), "missing `{expected}` in:\n{flat}");
+        }
     }
 
     #[test]

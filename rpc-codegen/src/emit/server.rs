@@ -14,8 +14,9 @@ pub fn stream_type_name(method: &Method) -> String {
     format!("{}Stream", upper_camel_case(&method.proto_name))
 }
 
-/// The tokens of the server module of `service` (`sync`: blocking handlers).
-pub fn tokens(service: &Service, sync: bool, runtime: &syn::Ident) -> TokenStream {
+/// The tokens of the server module of `service` (`sync[i]`: method `i`'s handler is a
+/// blocking function).
+pub fn tokens(service: &Service, sync: &[bool], runtime: &syn::Ident) -> TokenStream {
     let module = ident(&service.server_mod);
     let trait_ = ident(&service.trait_name);
     let server = ident(&service.server_name);
@@ -39,7 +40,15 @@ pub fn tokens(service: &Service, sync: bool, runtime: &syn::Ident) -> TokenStrea
         " The handlers of `{full_name}`: implement this and serve it with `{}::new`.",
         service.server_name
     ));
-    if !sync {
+    if sync.iter().any(|&s| s) && sync.iter().any(|&s| !s) {
+        trait_docs.push(String::new());
+        trait_docs.push(
+            " The build script chose some handlers blocking: those are plain functions, run to"
+                .to_owned(),
+        );
+        trait_docs.push(" their end on a worker thread; the others are async.".to_owned());
+    }
+    if sync.iter().any(|&s| !s) {
         trait_docs.push(String::new());
         trait_docs.push(
             " Handlers are async: write them as `async fn`. A handler's future runs on the server's"
@@ -55,12 +64,13 @@ pub fn tokens(service: &Service, sync: bool, runtime: &syn::Ident) -> TokenStrea
     let trait_items = service
         .methods
         .iter()
-        .map(|method| trait_item(method, sync));
+        .zip(sync)
+        .map(|(method, &sync)| trait_item(method, sync));
     let arms = service
         .methods
         .iter()
         .enumerate()
-        .map(|(index, method)| call_arm(index, method, sync, &generic, &trait_));
+        .map(|(index, method)| call_arm(index, method, sync[index], &generic, &trait_));
     let call_body = if service.methods.is_empty() {
         quote! {
             let _ = (method_index, request);
@@ -138,8 +148,9 @@ pub fn tokens(service: &Service, sync: bool, runtime: &syn::Ident) -> TokenStrea
                     FILE_DESCRIPTOR_SET
                 }
 
-                fn blocking_handlers(&self) -> bool {
-                    #sync
+                fn blocking_handler(&self, method_index: usize) -> bool {
+                    const BLOCKING: &[bool] = &[ #( #sync ),* ];
+                    BLOCKING.get(method_index).copied().unwrap_or(false)
                 }
 
                 fn call(

@@ -30,10 +30,12 @@ pub trait Service: Send + Sync + 'static {
     fn file_descriptor_set(&self) -> &'static [u8] {
         &[]
     }
-    /// Whether the handlers are blocking functions (rpc-codegen's `sync_handlers`): those of
-    /// streaming methods wait for the peer's window or next request, so the server runs them
-    /// on its worker pool even when asked to run them inline ([`crate::Execution::Inline`]).
-    fn blocking_handlers(&self) -> bool {
+    /// Whether the handler of method `method_index` is a blocking function (rpc-codegen's
+    /// `sync_handlers`, or `sync_handlers_for` its service or method): a streaming method's
+    /// waits for the peer's window or next request, so the server runs it on its worker pool
+    /// even when asked to run it inline ([`crate::Execution::Inline`]).
+    fn blocking_handler(&self, method_index: usize) -> bool {
+        let _ = method_index;
         false
     }
 }

@@ -60,7 +60,7 @@ impl<S: Service> Service for InterceptedService<S> {
         self.inner.file_descriptor_set()
     }
 
-    fn blocking_handlers(&self) -> bool {
-        self.inner.blocking_handlers()
+    fn blocking_handler(&self, method_index: usize) -> bool {
+        self.inner.blocking_handler(method_index)
     }
 }

@@ -280,7 +280,7 @@ impl ServerBuilder {
                     .unwrap_or(*execution);
                 if execution == Execution::Inline
                     && method.kind != MethodKind::Unary
-                    && service.blocking_handlers()
+                    && service.blocking_handler(index)
                 {
                     // Waiting for the client's window or requests on the poller would stall
                     // it for good: the poller is what receives them.
