@@ -92,6 +92,9 @@ pub struct LoadArgs {
     pub transport: rpc_core::TransportKind,
     /// Size, concurrency and number of calls.
     pub params: LoadParams,
+    /// `ours` at 1 outstanding: the async client, each call awaited in a tokio multi-thread
+    /// runtime's `block_on`, instead of the blocking one.
+    pub async_client: bool,
 }
 
 /// `rpc-bench stream`.
@@ -265,7 +268,7 @@ end. Exits with status 1 if a stream failed, ended early or carried a wrong mess
 
 const LOAD_USAGE: &str = "\
 usage: rpc-bench load --system ours|tcp|tonic --connect ADDR:PORT [--transport tcp|verbs]
-                      --size N --outstanding N --count N [--warmup N]
+                      --size N --outstanding N --count N [--warmup N] [--async-client]
 
 Makes --warmup unmeasured calls (default count/100), then --count measured echo calls of
 --size bytes (4k, 64k, 1M accepted) with --outstanding calls in flight on one connection,
@@ -274,8 +277,9 @@ checks that every reply equals its request, and prints one JSON line on stdout:
    \"p99_us\":..,\"p999_us\":..,\"calls_per_s\":..,\"errors\":..}
 The percentiles are null if no measured call succeeded. Exits with status 1 if any call
 failed or any reply differed from its request.
-  ours   outstanding 1: blocking calls; more: echo_async futures from one thread, waiting
-         for the oldest and issuing a new one (a window of N)
+  ours   outstanding 1: blocking calls (--async-client: the async client's calls awaited
+         one after another in a tokio multi-thread runtime's block_on); more: async calls'
+         futures from one thread, waiting for the oldest and issuing a new one (a window of N)
   tcp    outstanding 1: blocking write, then blocking read; more: a writer thread keeps N
          requests in flight, a reader thread takes the replies
   tonic  one tokio current-thread runtime; N tasks share one channel (HTTP/2 connection)
@@ -565,8 +569,11 @@ fn parse_conns(args: &[String]) -> Result<Command, Failure> {
 }
 
 fn parse_load(args: &[String]) -> Result<Command, Failure> {
+    let (flags, args): (Vec<String>, Vec<String>) =
+        args.iter().cloned().partition(|a| a == "--async-client");
+    let async_client = !flags.is_empty();
     let opts = Options::parse(
-        args,
+        &args,
         &[
             "system",
             "connect",
@@ -596,6 +603,11 @@ fn parse_load(args: &[String]) -> Result<Command, Failure> {
         return Err(Failure::Invalid("--count must be at least 1".to_owned()));
     }
     let warmup = opts.number("warmup")?.unwrap_or(count / 100);
+    if async_client && (system != System::Ours || outstanding != 1) {
+        return Err(Failure::Invalid(
+            "--async-client is for --system ours at --outstanding 1".to_owned(),
+        ));
+    }
     Ok(Command::Load(LoadArgs {
         system,
         connect,
@@ -606,6 +618,7 @@ fn parse_load(args: &[String]) -> Result<Command, Failure> {
             count,
             warmup,
         },
+        async_client,
     }))
 }
 

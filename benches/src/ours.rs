@@ -183,19 +183,29 @@ pub fn connect(addr: &str, transport: TransportKind) -> Result<Client, Error> {
         .connect(addr)
 }
 
+/// The client of a load run, or the run's result if it cannot connect.
+fn load_client(
+    addr: &str,
+    transport: TransportKind,
+    params: LoadParams,
+    system: &'static str,
+) -> Result<Client, Box<LoadResult>> {
+    let requested = transport_label(transport);
+    connect(addr, transport).map_err(|err| {
+        Box::new(LoadResult::failed(
+            system,
+            requested,
+            params,
+            format!("cannot connect to {addr} over {requested}: {err}"),
+        ))
+    })
+}
+
 /// Runs `params` against the echo server at `addr`.
 pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadResult {
-    let requested = transport_label(transport);
-    let client = match connect(addr, transport) {
+    let client = match load_client(addr, transport, params, "ours") {
         Ok(client) => client,
-        Err(err) => {
-            return LoadResult::failed(
-                "ours",
-                requested,
-                params,
-                format!("cannot connect to {addr} over {requested}: {err}"),
-            )
-        }
+        Err(failed) => return *failed,
     };
     let echo = EchoClient::new(client.clone());
     let payload = Payload::new(params.size);
@@ -221,6 +231,78 @@ pub fn load(addr: &str, transport: TransportKind, params: LoadParams) -> LoadRes
         &mut tally,
     );
     LoadResult::new("ours", client.transport_name(), params, tally, elapsed)
+}
+
+/// Runs `params` (at 1 outstanding) with the async client: each call awaited in turn in a
+/// tokio multi-thread runtime's `block_on`, as an async application's `main` makes them.
+pub fn load_async(addr: &str, transport: TransportKind, params: LoadParams) -> LoadResult {
+    let client = match load_client(addr, transport, params, "ours-async") {
+        Ok(client) => client,
+        Err(failed) => return *failed,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            return LoadResult::failed(
+                "ours-async",
+                client.transport_name(),
+                params,
+                format!("cannot start a tokio runtime: {err}"),
+            )
+        }
+    };
+    let mut echo = echo_client::EchoClient::new(client.clone());
+    let payload = Payload::new(params.size);
+    let mut tally = Tally::new(params.count);
+    let elapsed = runtime.block_on(async {
+        awaited_calls(&mut echo, &payload, 0, params.warmup, false, &mut tally).await;
+        let start = Instant::now();
+        awaited_calls(
+            &mut echo,
+            &payload,
+            params.warmup,
+            params.count,
+            true,
+            &mut tally,
+        )
+        .await;
+        start.elapsed()
+    });
+    LoadResult::new(
+        "ours-async",
+        client.transport_name(),
+        params,
+        tally,
+        elapsed,
+    )
+}
+
+/// Makes calls `first..first + calls` with the async client, one after another.
+async fn awaited_calls(
+    echo: &mut echo_client::EchoClient,
+    payload: &Payload,
+    first: u64,
+    calls: u64,
+    measured: bool,
+    tally: &mut Tally,
+) {
+    let end = first + calls;
+    for seq in first..end {
+        let request = EchoRequest {
+            payload: payload.request(seq),
+        };
+        let start = Instant::now();
+        let result = echo.echo(request).await.map(Response::into_inner);
+        let latency = start.elapsed();
+        check(payload, seq, result, latency, measured, tally);
+        if tally.gave_up() {
+            tally.not_made(end - seq - 1, || "gave up".to_owned());
+            return;
+        }
+    }
 }
 
 fn transport_label(kind: TransportKind) -> &'static str {

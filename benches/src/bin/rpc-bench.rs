@@ -194,6 +194,9 @@ fn serve_failed(args: &ServeArgs, err: &str) -> ExitCode {
 
 fn load(args: &LoadArgs) -> ExitCode {
     let result = match args.system {
+        System::Ours if args.async_client => {
+            ours::load_async(&args.connect, args.transport, args.params)
+        }
         System::Ours => ours::load(&args.connect, args.transport, args.params),
         System::Tcp => raw_tcp::load(&args.connect, args.params),
         System::Tonic => grpc::load(&args.connect, args.params),
