@@ -299,7 +299,20 @@ impl Builder {
             server: self.build_server,
             sync_handlers: self.sync_handlers,
             handler_overrides: std::mem::take(&mut self.handler_overrides),
-            runtime_crate: self.runtime_crate.take().unwrap_or_else(runtime_crate_name),
+            runtime_crate: match self.runtime_crate.take() {
+                Some(name) => name,
+                None => {
+                    // The name comes from the manifest: renaming the dependency must
+                    // generate again.
+                    if self.emit_rerun_if_changed {
+                        if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+                            let manifest = PathBuf::from(dir).join("Cargo.toml");
+                            println!("cargo:rerun-if-changed={}", manifest.display());
+                        }
+                    }
+                    runtime_crate_name()
+                }
+            },
         };
         if emit.client || emit.server {
             self.config

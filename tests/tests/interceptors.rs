@@ -80,7 +80,11 @@ fn check(transport: TransportKind) {
     let req = payload(2, 64);
     let echoed = trusted.echo(req.clone()).unwrap();
     assert_eq!(
-        echoed.metadata().get_all("x-caller").collect::<Vec<_>>(),
+        echoed
+            .metadata()
+            .get_all("x-caller")
+            .iter()
+            .collect::<Vec<_>>(),
         [&b"the token holder"[..]],
         "the interceptor's extension reached the handler"
     );

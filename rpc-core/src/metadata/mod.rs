@@ -50,13 +50,13 @@ struct Stored {
 }
 
 /// One entry of a map's looked-up form: where its name is in the block, and its value.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Entry {
     name: std::ops::Range<usize>,
     value: EntryValue,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 enum EntryValue {
     Ascii(MetadataValue<Ascii>),
     Binary(MetadataValue<Binary>),
@@ -77,7 +77,10 @@ thread_local! {
 
 /// An empty [`Stored`] with room for `len` bytes: the thread's spare if it has one.
 fn stored_with_capacity(len: usize) -> Box<Stored> {
-    let mut stored = SPARE.with(Cell::take).unwrap_or_else(|| {
+    // `try_with`: a map made or dropped by another thread-local's destructor, after this
+    // one's, goes without the spare.
+    let spare = SPARE.try_with(Cell::take).ok().flatten();
+    let mut stored = spare.unwrap_or_else(|| {
         Box::new(Stored {
             block: Vec::new(),
             values: OnceLock::new(),
@@ -104,7 +107,7 @@ fn spare(mut stored: Box<Stored>) {
     if stored.block.capacity() <= SPARE_LIMIT {
         stored.block.clear();
         stored.values.take();
-        SPARE.with(|spare| {
+        let _ = SPARE.try_with(|spare| {
             let held = spare.take();
             spare.set(match held {
                 Some(held) if held.block.capacity() != 0 => Some(held),
@@ -238,48 +241,37 @@ impl MetadataMap {
 
     /// The first ASCII value of `key`.
     pub fn get<K: AsMetadataKey<Ascii>>(&self, key: K) -> Option<&MetadataValue<Ascii>> {
-        self.get_all(key).next()
+        self.get_all(key).iter().next()
     }
 
     /// The first binary value of `key` (a `-bin` name).
     pub fn get_bin<K: AsMetadataKey<Binary>>(&self, key: K) -> Option<&MetadataValue<Binary>> {
-        self.get_all_bin(key).next()
+        self.get_all_bin(key).iter().next()
     }
 
-    /// Every ASCII value of `key`, in order.
-    pub fn get_all<K: AsMetadataKey<Ascii>>(
-        &self,
-        key: K,
-    ) -> impl Iterator<Item = &MetadataValue<Ascii>> {
-        self.named(key).filter_map(|value| match value {
-            EntryValue::Ascii(v) => Some(v),
-            EntryValue::Binary(_) => None,
-        })
+    /// Every ASCII value of `key`, in order (tonic's `GetAll`: `iter()`, or iterate it).
+    pub fn get_all<K: AsMetadataKey<Ascii>>(&self, key: K) -> GetAll<'_, Ascii> {
+        self.named(key)
     }
 
     /// Every binary value of `key`, in order.
-    pub fn get_all_bin<K: AsMetadataKey<Binary>>(
-        &self,
-        key: K,
-    ) -> impl Iterator<Item = &MetadataValue<Binary>> {
-        self.named(key).filter_map(|value| match value {
-            EntryValue::Binary(v) => Some(v),
-            EntryValue::Ascii(_) => None,
-        })
+    pub fn get_all_bin<K: AsMetadataKey<Binary>>(&self, key: K) -> GetAll<'_, Binary> {
+        self.named(key)
     }
 
-    /// The values of the entries named `key` (any case), from the looked-up form.
-    fn named<VE: ValueEncoding, K: AsMetadataKey<VE>>(
-        &self,
-        key: K,
-    ) -> impl Iterator<Item = &EntryValue> {
+    /// The entries named `key` (any case), from the looked-up form.
+    fn named<VE: ValueEncoding, K: AsMetadataKey<VE>>(&self, key: K) -> GetAll<'_, VE> {
         let block = self.block();
-        self.looked_up()
+        let entries = self.looked_up();
+        let key = key.as_metadata_name().as_bytes();
+        let first = entries
             .iter()
-            .filter(move |e| {
-                block[e.name.clone()].eq_ignore_ascii_case(key.as_metadata_name().as_bytes())
-            })
-            .map(|e| &e.value)
+            .position(|e| block[e.name.clone()].eq_ignore_ascii_case(key));
+        GetAll {
+            block,
+            entries: first.map_or(&[][..], |at| &entries[at..]),
+            kind: std::marker::PhantomData,
+        }
     }
 
     /// The entries as values, made at the first call after a change.
@@ -318,7 +310,7 @@ impl MetadataMap {
     /// Removes every ASCII value of `key`; returns the first.
     pub fn remove<K: AsMetadataKey<Ascii>>(&mut self, key: K) -> Option<MetadataValue<Ascii>> {
         let key = key.as_metadata_name();
-        if key.ends_with("-bin") {
+        if binary_name(key) {
             return None;
         }
         let key = key.to_owned();
@@ -331,7 +323,7 @@ impl MetadataMap {
         key: K,
     ) -> Option<MetadataValue<Binary>> {
         let key = key.as_metadata_name();
-        if !key.ends_with("-bin") {
+        if !binary_name(key) {
             return None;
         }
         let key = key.to_owned();
@@ -410,8 +402,106 @@ impl MetadataMap {
     /// like [`MetadataMap::append`]; invalid or reserved ones are skipped.
     pub fn append_raw(&mut self, key: &str, value: &[u8]) -> bool {
         let stored = self.changing(wire::entry_len(key, value));
-        wire::push_checked_entry(&mut stored.block, key, value, key.ends_with("-bin"))
+        wire::push_checked_entry(&mut stored.block, key, value, binary_name(key))
     }
+}
+
+/// The values of one name in a [`MetadataMap`] ([`MetadataMap::get_all`]), tonic's shape:
+/// `iter()`, or iterate it.
+#[derive(Debug)]
+pub struct GetAll<'a, VE: ValueEncoding> {
+    block: &'a [u8],
+    /// The entries from the first of the name on (empty if it has none).
+    entries: &'a [Entry],
+    kind: std::marker::PhantomData<VE>,
+}
+
+impl<'a, VE: ValueEncoding> GetAll<'a, VE> {
+    /// The values, in order.
+    pub fn iter(&self) -> ValueIter<'a, VE> {
+        ValueIter {
+            block: self.block,
+            name: self.entries.first().map(|e| &self.block[e.name.clone()]),
+            entries: self.entries.iter(),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'a, VE: ValueEncoding> IntoIterator for GetAll<'a, VE>
+where
+    ValueIter<'a, VE>: Iterator,
+{
+    type Item = <ValueIter<'a, VE> as Iterator>::Item;
+    type IntoIter = ValueIter<'a, VE>;
+
+    fn into_iter(self) -> ValueIter<'a, VE> {
+        self.iter()
+    }
+}
+
+impl<'a, VE: ValueEncoding> IntoIterator for &GetAll<'a, VE>
+where
+    ValueIter<'a, VE>: Iterator,
+{
+    type Item = <ValueIter<'a, VE> as Iterator>::Item;
+    type IntoIter = ValueIter<'a, VE>;
+
+    fn into_iter(self) -> ValueIter<'a, VE> {
+        self.iter()
+    }
+}
+
+/// The iterator of a [`GetAll`].
+#[derive(Debug)]
+pub struct ValueIter<'a, VE: ValueEncoding> {
+    block: &'a [u8],
+    name: Option<&'a [u8]>,
+    entries: std::slice::Iter<'a, Entry>,
+    kind: std::marker::PhantomData<VE>,
+}
+
+impl<'a, VE: ValueEncoding> ValueIter<'a, VE> {
+    /// The next entry of the name.
+    fn next_entry(&mut self) -> Option<&'a EntryValue> {
+        let name = self.name?;
+        let block = self.block;
+        self.entries
+            .by_ref()
+            .find(|e| block[e.name.clone()].eq_ignore_ascii_case(name))
+            .map(|e| &e.value)
+    }
+}
+
+impl<'a> Iterator for ValueIter<'a, Ascii> {
+    type Item = &'a MetadataValue<Ascii>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_entry()? {
+                EntryValue::Ascii(value) => return Some(value),
+                EntryValue::Binary(_) => continue,
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for ValueIter<'a, Binary> {
+    type Item = &'a MetadataValue<Binary>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_entry()? {
+                EntryValue::Binary(value) => return Some(value),
+                EntryValue::Ascii(_) => continue,
+            }
+        }
+    }
+}
+
+/// Whether `name` (any case) names binary entries.
+fn binary_name(name: &str) -> bool {
+    name.len() >= 4 && name.as_bytes()[name.len() - 4..].eq_ignore_ascii_case(b"-bin")
 }
 
 /// The entries of the checked `block` whose names `keep` accepts, as a block of their own.
@@ -453,7 +543,14 @@ mod tests {
         md.insert_bin("blob-bin", MetadataValue::from_bytes(&[0, 255, 10]));
         let back = MetadataMap::from_block(&md.encode());
         assert_eq!(back, md);
-        assert_eq!(back.get_all("x-mixed-case").count(), 2);
+        assert_eq!(back.get_all("x-mixed-case").iter().count(), 2);
+        let all: Vec<_> = back.get_all("X-Mixed-Case").into_iter().collect();
+        assert_eq!(all, ["v1", "v2"]);
+        assert_eq!(back.get_all("absent").iter().count(), 0);
+        // A binary entry is not removed as an ASCII one, whatever the case of its name.
+        let mut copy = back.clone();
+        assert!(copy.remove("BLOB-BIN").is_none());
+        assert_eq!(copy.remove_bin("BLOB-BIN").unwrap(), [0, 255, 10][..]);
         assert_eq!(back.get("X-MIXED-CASE").unwrap(), "v1");
         assert_eq!(back.get_bin("blob-bin").unwrap(), &[0, 255, 10][..]);
         // The kinds do not mix.

@@ -220,6 +220,29 @@ impl MetadataValue<Binary> {
     }
 }
 
+impl<VE: ValueEncoding> AsRef<[u8]> for MetadataValue<VE> {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl<VE: ValueEncoding> From<MetadataValue<VE>> for Bytes {
+    fn from(value: MetadataValue<VE>) -> Bytes {
+        match value.repr {
+            Repr::Shared(bytes) => bytes,
+            Repr::Inline(..) => Bytes::copy_from_slice(value.bytes()),
+        }
+    }
+}
+
+impl<const N: usize> TryFrom<&[u8; N]> for MetadataValue<Ascii> {
+    type Error = Error;
+
+    fn try_from(bytes: &[u8; N]) -> Result<Self, Error> {
+        Self::try_from_bytes(Cow::Borrowed(&bytes[..]))
+    }
+}
+
 impl From<Bytes> for MetadataValue<Binary> {
     fn from(bytes: Bytes) -> Self {
         Self::from_checked(bytes)

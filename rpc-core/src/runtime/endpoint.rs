@@ -372,13 +372,17 @@ impl Endpoint {
     /// thread), so that a reply that comes within `spin` needs no wake-up, as a blocking
     /// caller's does not. Not ready by then, the future leaves its waker, and the poller
     /// thread (woken by [`Endpoint::stop_driving`] if it stood back) takes over.
+    ///
+    /// Not on a thread polling a server's completions (an inline handler awaiting a call of
+    /// its own): the server's poller must not stall for it.
     pub(crate) fn drive_briefly(
         &self,
         spin: Duration,
         deadline: Option<Instant>,
         ready: impl Fn() -> bool,
     ) -> bool {
-        if spin.is_zero() || !self.duty.start_driving() {
+        let on_a_poller = WOKEN_INLINE.try_with(|w| w.polling.get()).unwrap_or(false);
+        if spin.is_zero() || on_a_poller || !self.duty.start_driving() {
             return ready();
         }
         self.poll_until(spin, deadline, 1, &ready);

@@ -129,6 +129,26 @@ impl Endpoint {
     }
 }
 
+impl Client {
+    /// tonic's `Channel::from_static`: the [`Endpoint`] of `target`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Endpoint::from_static`].
+    pub fn from_static(target: &'static str) -> Endpoint {
+        Endpoint::from_static(target)
+    }
+
+    /// tonic's `Channel::from_shared`: the [`Endpoint`] of `target`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Endpoint::new`].
+    pub fn from_shared(target: impl Into<String>) -> Result<Endpoint, Error> {
+        Endpoint::new(target)
+    }
+}
+
 impl TryFrom<String> for Endpoint {
     type Error = Error;
 

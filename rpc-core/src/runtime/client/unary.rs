@@ -46,7 +46,10 @@ impl Drop for Started {
         if self.cell.outcome.is_complete() {
             let cell = Arc::clone(&self.cell);
             // The thread's own spare first: its next call takes it back without a lock.
-            let spare = SPARE_CELL.with(|spare| spare.replace(Some(cell)));
+            // `try_with`: during the thread's exit, the pool takes it.
+            let spare = SPARE_CELL
+                .try_with(|spare| spare.replace(Some(Arc::clone(&cell))))
+                .unwrap_or(Some(cell));
             if let Some(older) = spare {
                 self.cells.give(older);
             }
@@ -66,7 +69,7 @@ pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
     // The thread's spare first, then two of the pool's. The most recently finished cells may
     // still be held by their completer for a moment; they go back to the end of the queue,
     // and the older ones ahead of them are free.
-    let spare = SPARE_CELL.with(Cell::take);
+    let spare = SPARE_CELL.try_with(Cell::take).ok().flatten();
     for mut cell in spare
         .into_iter()
         .chain(std::iter::from_fn(|| cells.take()).take(2))
