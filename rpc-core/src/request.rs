@@ -80,6 +80,12 @@ impl<T> Request<T> {
         self.peer.as_deref()
     }
 
+    /// Server side: the caller's IP address and port (tonic's `remote_addr`), over TCP,
+    /// verbs and the gRPC face; `None` in process, where [`Request::peer`] names the caller.
+    pub fn remote_addr(&self) -> Option<std::net::SocketAddr> {
+        self.peer()?.parse().ok()
+    }
+
     /// The request metadata (headers).
     pub fn metadata(&self) -> &MetadataMap {
         &self.metadata
@@ -345,5 +351,25 @@ impl<I: IntoIterator> IntoIterRequest for Request<I> {
     type Iter = I;
     fn into_iter_request(self) -> Request<I> {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_remote_address_is_the_peers_socket_address_where_it_has_one() {
+        let at = |peer: &str| {
+            Request::from_incoming((), MetadataMap::new(), None, peer.into(), Extensions::new())
+                .remote_addr()
+        };
+        assert_eq!(
+            at("10.0.0.7:50051"),
+            Some("10.0.0.7:50051".parse().unwrap())
+        );
+        assert_eq!(at("[::1]:7"), Some("[::1]:7".parse().unwrap()));
+        assert_eq!(at("mem:bench"), None);
+        assert_eq!(Request::new(()).remote_addr(), None);
     }
 }

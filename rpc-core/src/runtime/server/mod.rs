@@ -560,6 +560,35 @@ impl Server {
         self.endpoint.memory()
     }
 
+    /// Serves until SIGINT or SIGTERM (Ctrl-C, `kill`), then shuts down gracefully
+    /// ([`Server::shutdown`]) and returns: how the `main` of a program without an async
+    /// runtime ends (`serve(addr).await` is the async form). The signals are caught from the
+    /// call on, which it logs (`serving until SIGINT or SIGTERM`, at info level); before that,
+    /// they end the process as they do by default.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the signals cannot be caught; the server is shut down then too.
+    pub fn wait(self) -> Result<(), Error> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+        tracing::info!(addr = %self.local_addr, "serving until SIGINT or SIGTERM");
+        let signal = match signals.forever().next() {
+            Some(SIGINT) => "SIGINT",
+            Some(SIGTERM) => "SIGTERM",
+            _ => "a signal",
+        };
+        tracing::info!(
+            "{signal} received: shutting down (GOODBYE to every client, calls in flight get \
+             up to 5 s)"
+        );
+        // Caught no longer: a second Ctrl-C during the shutdown ends the process.
+        signals.handle().close();
+        drop(signals);
+        self.shutdown();
+        Ok(())
+    }
+
     /// Stops accepting, tells clients GOODBYE, lets handlers in flight finish (up to 5 s),
     /// then closes every connection and joins the server's threads.
     pub fn shutdown(mut self) {
