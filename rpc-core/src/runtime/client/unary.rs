@@ -31,12 +31,22 @@ pub(super) struct Started {
     pub(super) counted_waiting: bool,
     /// A future of this call drove the completion queue in its first poll.
     pub(super) driven: bool,
+    /// A future of this call, pending, may leave its reply in the receive slot
+    /// ([`Conn::hold_reply_slot`]).
+    pub(super) holds_reply_slot: bool,
 }
 
 impl Drop for Started {
     fn drop(&mut self) {
         if self.counted_waiting {
             self.endpoint.end_waiting();
+        }
+        if self.holds_reply_slot {
+            // A reply left in its slot goes now (a later one is copied out), not when the
+            // pooled cell is next reset.
+            self.cell.thread_waiting.set(false);
+            drop(self.cell.outcome.try_take());
+            self.conn.release_reply_slot();
         }
         self.endpoint.call_finished(false);
         // A finished call's cell goes back to the pool at once, even while the thread that
@@ -187,7 +197,14 @@ impl Started {
             self.driven = true;
             self.drive_briefly(spin);
         }
-        self.cell.outcome.poll_take(cx)
+        let outcome = self.cell.outcome.poll_take(cx);
+        if outcome.is_pending() && !self.holds_reply_slot && self.conn.hold_reply_slot() {
+            // Its task waits to be woken, then decodes the reply at once: the reply may
+            // stay in its slot, within the connection's bound.
+            self.holds_reply_slot = true;
+            self.cell.thread_waiting.set(true);
+        }
+        outcome
     }
 }
 
@@ -307,6 +324,7 @@ impl Client {
             deadline,
             counted_waiting: false,
             driven: false,
+            holds_reply_slot: false,
         })
     }
 

@@ -12,7 +12,7 @@ mod receive;
 mod send;
 mod work;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -85,6 +85,12 @@ pub(crate) struct Conn {
     /// taken reach it (a CREDIT frame may be due); below it, the credits travel on the next
     /// frame out. Spares a serializer round per received message.
     credit_threshold: u32,
+    /// Client: futures allowed to leave their reply in its receive slot (a polled future
+    /// whose task waits to be woken decodes it as soon as it runs); at most a quarter of the
+    /// connection's receive slots, so that replies nobody takes yet cannot starve the ring:
+    /// beyond that, replies are copied out. A bound, not a hand-off (the reply reaches its
+    /// future through the call's cell), hence relaxed.
+    futures_holding_slots: AtomicU32,
     /// Client: the server accepted whole requests (PROTOCOL.md §22): a unary call with
     /// metadata opens in one frame ([`Conn::encode_whole_request`]). Raised once, by the
     /// owner that read the acceptance; callers encoding a request read it.
@@ -92,6 +98,33 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Client: whether one more future may leave its reply in its receive slot (see
+    /// `futures_holding_slots`); a `true` must be matched by [`Conn::release_reply_slot`].
+    pub(crate) fn hold_reply_slot(&self) -> bool {
+        // A quarter of the slots: the other three quarters keep the peer sending, and their
+        // re-posts still reach the credit threshold (half the grant) that sends a CREDIT
+        // frame; with half held, a peer short of credits could wait for a keepalive.
+        let limit = self.local_hello.slot_count / 4;
+        let mut held = self.futures_holding_slots.load(Ordering::Relaxed);
+        while held < limit {
+            match self.futures_holding_slots.compare_exchange_weak(
+                held,
+                held + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => held = now,
+            }
+        }
+        false
+    }
+
+    /// A future that [held](Conn::hold_reply_slot) a reply slot is done with it.
+    pub(crate) fn release_reply_slot(&self) {
+        self.futures_holding_slots.fetch_sub(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn new(
         link: Arc<dyn Link>,
         role: Role,
@@ -141,6 +174,7 @@ impl Conn {
                 local_hello: local,
                 max_segment: core.max_segment(),
                 credit_threshold,
+                futures_holding_slots: AtomicU32::new(0),
                 earliest_deadline: AtomicU64::new(u64::MAX),
                 link,
                 state: Serializer::new(Owned {
