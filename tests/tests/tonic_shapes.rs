@@ -249,3 +249,82 @@ fn max_connections_bounds_the_grpc_clients_of_the_port() {
         server.shutdown();
     });
 }
+
+/// Test-only TLS material (`tests/data/tls`).
+fn tls_material(name: &str) -> Vec<u8> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/data/tls");
+    std::fs::read(format!("{dir}/{name}")).expect("test TLS material")
+}
+
+/// tonic's TLS settings: a server given an identity serves gRPC over TLS on its own TCP port,
+/// next to this protocol's clients there; an `https://` endpoint given a CA connects to it.
+#[test]
+fn tls_on_the_servers_own_port_for_an_https_endpoint() {
+    use rpc_core::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+    let identity = Identity::from_pem(tls_material("server.pem"), tls_material("server.key"));
+    let server = Server::builder()
+        .tls_config(ServerTlsConfig::new().identity(identity))
+        .expect("the identity loads")
+        .add_service(TortureServer::new(TortureService::default()))
+        .start("127.0.0.1:0", TransportKind::Tcp)
+        .expect("a server starts");
+    let addr = server.local_addr().to_string();
+    let https = format!("https://{addr}");
+    runtime().block_on(async {
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(tls_material("ca.pem")))
+            .domain_name("localhost");
+        let channel = Endpoint::from_shared(https.clone())
+            .expect("an https:// endpoint")
+            .tls_config(tls)
+            .expect("a CA")
+            .connect()
+            .await
+            .expect("connects over TLS");
+        assert_eq!(channel.transport_name(), "grpc");
+        let mut client = TortureClient::new(channel);
+        let request = payload(3, 100);
+        let echoed = client.echo(request.clone()).await.expect("served over TLS");
+        assert_eq!(echoed.into_inner(), request);
+
+        // Without TLS settings an https:// target is refused, not called in plaintext.
+        let refused = Endpoint::from_shared(https.clone())
+            .expect("an https:// endpoint")
+            .connect()
+            .await
+            .expect_err("no TLS settings");
+        assert!(
+            matches!(refused, rpc_core::Error::InvalidAddress(_)),
+            "{refused}"
+        );
+    });
+    // This protocol's clients on the same port, as before.
+    let plain = blocking::TortureClient::connect(&addr).expect("connects");
+    let request = payload(4, 10);
+    assert_eq!(plain.echo(request.clone()).unwrap().into_inner(), request);
+    server.shutdown();
+}
+
+/// A TLS handshake to a server without TLS: closed, not answered with this protocol's HELLO
+/// (which a TLS client could not read) nor left open.
+#[test]
+fn a_tls_client_of_a_server_without_tls_is_closed() {
+    use std::io::{Read, Write};
+    let server = serve();
+    let mut stream = std::net::TcpStream::connect(server.local_addr()).expect("connects");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a timeout");
+    // The start of a TLS record: handshake (22), TLS 1.0 framing, a few bytes of body.
+    stream
+        .write_all(&[22, 3, 1, 0, 4, 1, 0, 0, 0])
+        .expect("writes");
+    let mut answer = Vec::new();
+    match stream.read_to_end(&mut answer) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("expected the connection closed: {e}"),
+    }
+    assert!(answer.is_empty(), "answered {answer:?}");
+    server.shutdown();
+}

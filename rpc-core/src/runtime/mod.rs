@@ -14,6 +14,7 @@ pub mod server;
 pub(crate) mod service;
 pub(crate) mod stream;
 pub mod streaming;
+pub(crate) mod tls_config;
 pub(crate) mod transport_select;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

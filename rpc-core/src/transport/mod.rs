@@ -8,8 +8,9 @@
 //! may return to the peer. A transport never needs to buffer beyond its posted slots: a peer that
 //! sends without a free slot has broken the protocol and is disconnected.
 //!
-//! Here too, at tonic's paths (`tonic::transport::{Channel, Endpoint, Server}`): [`Channel`]
-//! (a connection), [`Endpoint`] (its builder) and [`Server`].
+//! Here too, at tonic's paths (`tonic::transport::{Channel, Endpoint, Server, ...}`):
+//! [`Channel`] (a connection), [`Endpoint`] (its builder), [`Server`], and the TLS settings
+//! [`ClientTlsConfig`], [`Certificate`], [`ServerTlsConfig`], [`Identity`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use crate::Error;
 pub use crate::runtime::client::channel::{Channel, Endpoint};
 /// The server builder's entry point, at tonic's path (`tonic::transport::Server`).
 pub use crate::runtime::server::Server;
+pub use crate::runtime::tls_config::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 pub use reposts::CreditsDue;
 use shared_bounds::SHARED_SIGNAL_EVERY;
 

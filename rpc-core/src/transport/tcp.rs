@@ -67,6 +67,9 @@ const HELLO_FRAME_LEN: usize = HEADER_LEN + HELLO_LEN;
 /// What an HTTP/2 client sends first (RFC 9113 §3.4): a server's port hands a client that
 /// sent it whole over to standard gRPC (`docs/PROTOCOL.md` §4.5).
 const HTTP2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The first byte of a TLS connection: the content type of a handshake record.
+pub(crate) const TLS_HANDSHAKE: u8 = 22;
 /// The loop's read buffer, shared by all its sockets.
 const READ_BUFFER: usize = 64 << 10;
 /// Bytes read from one socket per readiness before the loop serves the others (it comes back
@@ -804,12 +807,18 @@ impl IoLoop {
             Some(_) if n < start.len() && start[..n] == HTTP2_PREFACE[..n] => {
                 Some(ReadEnd::Drained)
             }
-            Some(handoff) if start == *HTTP2_PREFACE => {
+            // A TLS handshake (a record of type 22): gRPC over TLS, what the standard gRPC
+            // side serves when the server has TLS (and closes otherwise); this protocol has no
+            // TLS of its own.
+            Some(handoff) if start == *HTTP2_PREFACE || start[0] == TLS_HANDSHAKE => {
                 let Some(Entry::Hello(mut h)) = self.conns.remove(&token) else {
                     unreachable!("a handshake")
                 };
                 let _ = self.poll.registry().deregister(&mut h.stream);
-                tracing::debug!(peer = %h.peer_name, "an HTTP/2 client: served as standard gRPC");
+                tracing::debug!(
+                    peer = %h.peer_name,
+                    "an HTTP/2 or TLS client: served as standard gRPC"
+                );
                 handoff(h.stream.into());
                 Some(ReadEnd::Drained)
             }

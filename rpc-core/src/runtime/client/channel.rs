@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{parse_target, Client, ClientBuilder};
 use crate::protocol::Keepalive;
+use crate::runtime::tls_config::ClientTlsConfig;
 use crate::Error;
 
 /// The connection a generated client calls through: this framework's [`Client`] under tonic's
@@ -33,6 +34,8 @@ pub type Channel = Client;
 pub struct Endpoint {
     target: String,
     builder: ClientBuilder,
+    /// [`Endpoint::tls_config`] was given: an `https://` target is gRPC over TLS.
+    tls: bool,
 }
 
 impl Endpoint {
@@ -40,8 +43,8 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidAddress`] for an unknown scheme, `https://` (TLS goes through
-    /// [`Endpoint::with_builder`] and [`ClientBuilder::grpc_tls`]) or a target without address.
+    /// [`Error::InvalidAddress`] for an unknown scheme or a target without address.
+    /// `https://` is taken here; [`Endpoint::connect`] needs [`Endpoint::tls_config`] for it.
     pub fn new(target: impl Into<String>) -> Result<Endpoint, Error> {
         Endpoint::with_builder(target, ClientBuilder::default())
     }
@@ -78,8 +81,33 @@ impl Endpoint {
         builder: ClientBuilder,
     ) -> Result<Endpoint, Error> {
         let target = target.into();
-        parse_target(&target)?;
-        Ok(Endpoint { target, builder })
+        parse_target(&secure_as_grpc(&target).unwrap_or_else(|| target.clone()))?;
+        Ok(Endpoint {
+            target,
+            builder,
+            tls: false,
+        })
+    }
+
+    /// gRPC over TLS with these CAs and name (tonic's `tls_config`), for an `https://` target
+    /// (or `grpc://`): standard gRPC, served by a gRPC server with TLS or by this framework's
+    /// server with `grpc_tls` on its own port.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] if `config` has no CA certificate: no system roots are used.
+    pub fn tls_config(mut self, config: ClientTlsConfig) -> Result<Endpoint, Error> {
+        let (roots, domain) = config.parts();
+        if roots.is_empty() {
+            return Err(Error::InvalidConfig(
+                "ClientTlsConfig without a CA certificate (ca_certificate): no system roots are \
+                 used"
+                    .into(),
+            ));
+        }
+        self.builder = self.builder.grpc_tls(roots, domain);
+        self.tls = true;
+        Ok(self)
     }
 
     /// The target, as given.
@@ -125,8 +153,26 @@ impl Endpoint {
     ///
     /// As [`ClientBuilder::connect`].
     pub async fn connect(&self) -> Result<Channel, Error> {
-        self.builder.clone().connect_async(&self.target).await
+        let target = match secure_as_grpc(&self.target) {
+            Some(_) if !self.tls => {
+                return Err(Error::InvalidAddress(format!(
+                    "{}: https:// needs the TLS settings (Endpoint::tls_config)",
+                    self.target
+                )))
+            }
+            Some(grpc) => grpc,
+            None => self.target.clone(),
+        };
+        self.builder.clone().connect_async(&target).await
     }
+}
+
+/// An `https://` target as the `grpc://` one it is (gRPC over TLS); `None` for other schemes.
+fn secure_as_grpc(target: &str) -> Option<String> {
+    let (scheme, rest) = target.split_once("://")?;
+    scheme
+        .eq_ignore_ascii_case("https")
+        .then(|| format!("grpc://{rest}"))
 }
 
 impl Client {

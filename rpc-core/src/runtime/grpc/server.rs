@@ -187,7 +187,8 @@ struct Connections {
 }
 
 impl Connections {
-    /// The next connection and whether it may speak TLS (one of the face's own port).
+    /// The next connection and whether it speaks TLS: one of the face's own port when the
+    /// face has TLS, or a handed-over one whose first byte begins a TLS handshake.
     async fn next(&mut self) -> Option<(tokio::net::TcpStream, SocketAddr, bool)> {
         loop {
             let accepted = async {
@@ -198,7 +199,7 @@ impl Connections {
             };
             tokio::select! {
                 accepted = accepted => match accepted {
-                    Ok((stream, peer)) => return Some((stream, peer, true)),
+                    Ok((stream, peer)) => return Some((stream, peer, self.tls.is_some())),
                     Err(e) => {
                         // Out of descriptors, say: back off instead of spinning.
                         tracing::warn!(error = %e, "gRPC face: accept failed");
@@ -208,8 +209,15 @@ impl Connections {
                 handed = self.handed.recv() => {
                     let stream = handed?;
                     let peer = stream.peer_addr();
+                    // The transport handed it over having seen its first bytes: a TLS
+                    // record's type, 22 (handshake), or the HTTP/2 preface.
+                    let mut first = [0u8; 1];
+                    let tls = matches!(
+                        stream.peek(&mut first),
+                        Ok(1) if first[0] == crate::transport::tcp::TLS_HANDSHAKE
+                    );
                     match (tokio::net::TcpStream::from_std(stream), peer) {
-                        (Ok(stream), Ok(peer)) => return Some((stream, peer, false)),
+                        (Ok(stream), Ok(peer)) => return Some((stream, peer, tls)),
                         (Err(e), _) | (_, Err(e)) => {
                             tracing::debug!(error = %e, "gRPC face: a handed-over connection failed");
                         }
@@ -248,7 +256,7 @@ async fn accept_loop(
         .keep_alive_interval(Duration::from_secs(60))
         .keep_alive_timeout(Duration::from_secs(20));
     loop {
-        let (stream, peer, own_port) = tokio::select! {
+        let (stream, peer, speaks_tls) = tokio::select! {
             next = incoming.next() => match next {
                 Some(next) => next,
                 None => break,
@@ -263,6 +271,10 @@ async fn accept_loop(
             tracing::warn!(%peer, "gRPC face: connection refused, max_connections reached");
             continue;
         }
+        if speaks_tls && incoming.tls.is_none() {
+            tracing::debug!(%peer, "gRPC face: a TLS client, and no TLS configured: closed");
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let peer: Arc<str> = peer.to_string().into();
         let face = Arc::clone(&face);
@@ -270,7 +282,7 @@ async fn accept_loop(
             let (face, peer) = (Arc::clone(&face), Arc::clone(&peer));
             async move { Ok::<_, Infallible>(serve_call(face, peer, request).await) }
         });
-        match incoming.tls.as_ref().filter(|_| own_port) {
+        match incoming.tls.as_ref().filter(|_| speaks_tls) {
             None => {
                 let connection =
                     graceful.watch(http2.serve_connection(TokioIo::new(stream), service));

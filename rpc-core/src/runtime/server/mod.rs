@@ -196,7 +196,27 @@ impl ServerBuilder {
         self
     }
 
-    /// Serves the gRPC face over TLS (rustls; ALPN `h2`) with the PEM certificate chain
+    /// tonic's `tls_config`: [`ServerBuilder::grpc_tls`] with `config`'s identity.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] without an identity, or with a certificate or key that
+    /// does not load.
+    pub fn tls_config(self, config: crate::transport::ServerTlsConfig) -> Result<Self, Error> {
+        let Some(identity) = config.identity_ref() else {
+            return Err(Error::InvalidConfig(
+                "ServerTlsConfig without an identity (Identity::from_pem)".into(),
+            ));
+        };
+        let (cert, key) = identity.parts();
+        super::grpc::tls::server_config(cert, key)?;
+        Ok(self.grpc_tls(cert, key))
+    }
+
+    /// Serves standard gRPC over TLS (rustls; ALPN `h2`), on `grpc_listen`'s address and on the
+    /// server's own TCP port (a client whose first bytes are a TLS handshake gets it; this
+    /// protocol's clients and plaintext HTTP/2 ones are served there as before), with the PEM
+    /// certificate chain
     /// (leaf first) and its PEM private key; without it the face is plaintext.
     pub fn grpc_tls(mut self, cert_chain_pem: &[u8], private_key_pem: &[u8]) -> Self {
         self.grpc_tls = Some((cert_chain_pem.to_vec(), private_key_pem.to_vec()));
@@ -361,12 +381,18 @@ impl ServerBuilder {
             }
         }
         let routes = self.routes()?;
+        // One TLS configuration for both faces (a bad certificate or key fails the start).
+        let grpc_tls = match &self.grpc_tls {
+            Some((certs, key)) => Some(super::grpc::tls::server_config(certs, key)?),
+            None => None,
+        };
         // Standard gRPC on this server's own TCP port too: the TCP transport hands HTTP/2
-        // connections over.
+        // connections (and, with TLS, TLS handshakes) over.
         let port_face = port_face::PortFace::new(
             self.grpc_runtime.clone(),
             self.ring.max_message_size as usize,
             self.max_connections,
+            grpc_tls.clone(),
         );
         let handoff: crate::transport::Http2Handoff = {
             let port_face = Arc::clone(&port_face);
@@ -409,10 +435,7 @@ impl ServerBuilder {
                 FaceSettings {
                     runtime: self.grpc_runtime.clone(),
                     max_message_size: self.ring.max_message_size as usize,
-                    tls: match &self.grpc_tls {
-                        Some((certs, key)) => Some(super::grpc::tls::server_config(certs, key)?),
-                        None => None,
-                    },
+                    tls: grpc_tls,
                     max_connections: self.max_connections,
                 },
             )?),

@@ -1,7 +1,9 @@
 //! [`PortFace`]: standard gRPC on the server's own TCP port. The TCP transport tells an
 //! HTTP/2 client (its 24-byte connection preface) from one of this protocol (a HELLO, `RP`)
-//! by the first bytes it sends, and hands the former over here; the gRPC face that serves
-//! them starts with the first one, so a server that never sees one runs no HTTP/2 machinery.
+//! by the first bytes it sends, and hands the former over here, as it does a client whose
+//! first byte begins a TLS handshake (gRPC over TLS, served if the server has TLS); the gRPC
+//! face that serves them starts with the first one, so a server that never sees one runs no
+//! HTTP/2 machinery.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -19,6 +21,8 @@ pub(super) struct PortFace {
     runtime: Option<tokio::runtime::Handle>,
     max_message_size: usize,
     max_connections: Option<usize>,
+    /// TLS for the clients that begin with a TLS handshake (`ServerBuilder::grpc_tls`).
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     face: Mutex<Option<GrpcFace>>,
     /// Raised when the server shuts down: a connection handed over later is closed, and no
     /// face starts again.
@@ -30,12 +34,14 @@ impl PortFace {
         runtime: Option<tokio::runtime::Handle>,
         max_message_size: usize,
         max_connections: Option<usize>,
+        tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     ) -> Arc<PortFace> {
         Arc::new(PortFace {
             dispatch: OnceLock::new(),
             runtime,
             max_message_size,
             max_connections,
+            tls,
             face: Mutex::new(None),
             closed: Flag::new(false),
         })
@@ -62,7 +68,7 @@ impl PortFace {
             let settings = FaceSettings {
                 runtime: self.runtime.clone(),
                 max_message_size: self.max_message_size,
-                tls: None,
+                tls: self.tls.clone(),
                 max_connections: self.max_connections,
             };
             match GrpcFace::start(Arc::clone(dispatch), None, settings) {
