@@ -381,8 +381,8 @@ impl Endpoint {
         deadline: Option<Instant>,
         ready: impl Fn() -> bool,
     ) -> bool {
-        let on_a_poller = WOKEN_INLINE.try_with(|w| w.polling.get()).unwrap_or(false);
-        if spin.is_zero() || on_a_poller || !self.duty.start_driving() {
+        let on_a_poller = || WOKEN_INLINE.try_with(|w| w.polling.get()).unwrap_or(false);
+        if spin.is_zero() || on_a_poller() || !self.duty.start_driving() {
             return ready();
         }
         self.poll_until(spin, deadline, 1, &ready);

@@ -515,8 +515,9 @@ fn parse_target(target: &str) -> Result<(Option<TransportKind>, &str), Error> {
         "grpc" => Some(TransportKind::Grpc),
         "https" => {
             return Err(Error::InvalidAddress(format!(
-                "{target}: for gRPC over TLS, connect with Client::builder().grpc_tls(..) \
-                 to grpc://{addr}"
+                "{target}: for gRPC over TLS, give the CA: an Endpoint with \
+                 tls_config(ClientTlsConfig::new().ca_certificate(..)), or \
+                 Client::builder().grpc_tls(..) to grpc://{addr}"
             )))
         }
         other => {

@@ -195,7 +195,9 @@ impl Started {
     ) -> Poll<Result<Reply, Status>> {
         if !self.driven {
             self.driven = true;
-            self.drive_briefly(spin);
+            if !spin.is_zero() {
+                self.drive_briefly(spin);
+            }
         }
         let outcome = self.cell.outcome.poll_take(cx);
         if outcome.is_pending() && !self.holds_reply_slot && self.conn.hold_reply_slot() {
