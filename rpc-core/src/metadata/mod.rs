@@ -165,10 +165,7 @@ impl MetadataMap {
         key: K,
         value: MetadataValue<Ascii>,
     ) -> Option<MetadataValue<Ascii>> {
-        let key = key.into_metadata_key();
-        let earlier = self.remove_first(key.as_str());
-        self.push(key.as_str(), value.bytes());
-        earlier
+        self.replace(key.into_metadata_key(), value)
     }
 
     /// Adds an ASCII `value` for `key`, keeping earlier ones; returns whether there were any.
@@ -181,10 +178,7 @@ impl MetadataMap {
         key: K,
         value: MetadataValue<Ascii>,
     ) -> bool {
-        let key = key.into_metadata_key();
-        let had = self.contains_key(key.as_str());
-        self.push(key.as_str(), value.bytes());
-        had
+        self.add(key.into_metadata_key(), value)
     }
 
     /// Sets the binary `key` (ending in `-bin`) to `value`, replacing earlier values; returns
@@ -198,10 +192,7 @@ impl MetadataMap {
         key: K,
         value: MetadataValue<Binary>,
     ) -> Option<MetadataValue<Binary>> {
-        let key = key.into_metadata_key();
-        let earlier = self.remove_first(key.as_str());
-        self.push(key.as_str(), value.bytes());
-        earlier.map(|e| MetadataValue::copied(e.bytes()))
+        self.replace(key.into_metadata_key(), value)
     }
 
     /// Adds a binary `value` for `key` (ending in `-bin`), keeping earlier ones; returns
@@ -215,7 +206,23 @@ impl MetadataMap {
         key: K,
         value: MetadataValue<Binary>,
     ) -> bool {
-        let key = key.into_metadata_key();
+        self.add(key.into_metadata_key(), value)
+    }
+
+    /// [`MetadataMap::insert`] and [`MetadataMap::insert_bin`]: the earlier values of `key`
+    /// go, the first returned.
+    fn replace<VE: ValueEncoding>(
+        &mut self,
+        key: MetadataKey<VE>,
+        value: MetadataValue<VE>,
+    ) -> Option<MetadataValue<VE>> {
+        let earlier = self.remove_first(key.as_str());
+        self.push(key.as_str(), value.bytes());
+        earlier
+    }
+
+    /// [`MetadataMap::append`] and [`MetadataMap::append_bin`]: whether `key` had values.
+    fn add<VE: ValueEncoding>(&mut self, key: MetadataKey<VE>, value: MetadataValue<VE>) -> bool {
         let had = self.contains_key(key.as_str());
         self.push(key.as_str(), value.bytes());
         had
@@ -229,9 +236,8 @@ impl MetadataMap {
         wire::push_entry(&mut stored.block, key, value);
     }
 
-    /// Removes every value of `key`, returning the first (as an ASCII value, whatever its
-    /// kind: the callers convert).
-    fn remove_first(&mut self, key: &str) -> Option<MetadataValue<Ascii>> {
+    /// Removes every value of `key` (whose names are of kind `VE`), returning the first.
+    fn remove_first<VE: ValueEncoding>(&mut self, key: &str) -> Option<MetadataValue<VE>> {
         let first = self.get_raw(key)?;
         let first = MetadataValue::copied(first);
         let stored = self.changing(0);
@@ -309,12 +315,7 @@ impl MetadataMap {
 
     /// Removes every ASCII value of `key`; returns the first.
     pub fn remove<K: AsMetadataKey<Ascii>>(&mut self, key: K) -> Option<MetadataValue<Ascii>> {
-        let key = key.as_metadata_name();
-        if binary_name(key) {
-            return None;
-        }
-        let key = key.to_owned();
-        self.remove_first(&key)
+        self.remove_of_kind(key.as_metadata_name())
     }
 
     /// Removes every binary value of `key`; returns the first.
@@ -322,13 +323,16 @@ impl MetadataMap {
         &mut self,
         key: K,
     ) -> Option<MetadataValue<Binary>> {
-        let key = key.as_metadata_name();
-        if !binary_name(key) {
+        self.remove_of_kind(key.as_metadata_name())
+    }
+
+    /// [`MetadataMap::remove`] and [`MetadataMap::remove_bin`]: nothing if `key` names
+    /// entries of the other kind.
+    fn remove_of_kind<VE: ValueEncoding>(&mut self, key: &str) -> Option<MetadataValue<VE>> {
+        if binary_name(key) != VE::BINARY {
             return None;
         }
-        let key = key.to_owned();
-        self.remove_first(&key)
-            .map(|e| MetadataValue::copied(e.bytes()))
+        self.remove_first(key)
     }
 
     /// Whether `key` has a value.
