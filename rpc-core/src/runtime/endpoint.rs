@@ -342,7 +342,19 @@ impl Endpoint {
         deadline: Option<Instant>,
         ready: impl Fn() -> bool,
     ) -> bool {
-        let sleeps_here = self.cq.needs_polling();
+        self.drive_then(spin, deadline, ready, true)
+    }
+
+    /// [`Endpoint::drive`]; `may_sleep`: after the spin, on a queue that needs polling, sleep
+    /// on its notification until `ready()` (a blocking caller), or not (a future).
+    fn drive_then(
+        &self,
+        spin: Duration,
+        deadline: Option<Instant>,
+        ready: impl Fn() -> bool,
+        may_sleep: bool,
+    ) -> bool {
+        let sleeps_here = may_sleep && self.cq.needs_polling();
         if (spin.is_zero() && !sleeps_here) || !self.duty.start_driving() {
             return ready();
         }
@@ -371,10 +383,9 @@ impl Endpoint {
     /// only, never the sleep on the queue after it (a future must not hold its executor's
     /// thread), so that a reply that comes within `spin` needs no wake-up, as a blocking
     /// caller's does not. Not ready by then, the future leaves its waker, and the poller
-    /// thread (woken by [`Endpoint::stop_driving`] if it stood back) takes over.
-    ///
-    /// Not on a thread polling a server's completions (an inline handler awaiting a call of
-    /// its own): the server's poller must not stall for it.
+    /// thread (woken by [`Endpoint::stop_driving`] if it stood back) takes over. Not on a
+    /// thread polling a server's completions (an inline handler awaiting a call of its own):
+    /// the server's poller must not stall for it.
     pub(crate) fn drive_briefly(
         &self,
         spin: Duration,
@@ -382,13 +393,10 @@ impl Endpoint {
         ready: impl Fn() -> bool,
     ) -> bool {
         let on_a_poller = || WOKEN_INLINE.try_with(|w| w.polling.get()).unwrap_or(false);
-        if spin.is_zero() || on_a_poller() || !self.duty.start_driving() {
+        if !spin.is_zero() && on_a_poller() {
             return ready();
         }
-        self.poll_until(spin, deadline, 1, &ready);
-        let ready = ready();
-        self.stop_driving(ready);
-        ready
+        self.drive_then(spin, deadline, ready, false)
     }
 
     /// [`Endpoint::drive`] for a blocking reader of a response stream whose inbox is empty,

@@ -99,7 +99,7 @@ impl Started {
     /// another thread; then it parks and leaves polling to the poller thread.
     #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     pub(super) fn wait(&self, spin: Duration, method: &MethodDescriptor) -> Result<Reply, Status> {
-        self.drive(spin);
+        self.drive(spin, false);
         // Parked, this caller relies on somebody else polling (see `Endpoint::waiting`).
         let _waiting = (!self.cell.outcome.is_complete()).then(|| self.endpoint.waiting());
         if let Some(r) = self.cell.wait(self.deadline) {
@@ -121,22 +121,18 @@ impl Started {
 }
 
 impl Started {
-    pub(super) fn drive(&self, spin: Duration) {
+    /// Drives the completion queue for this call's outcome ([`Endpoint::drive`]; `briefly`,
+    /// a future's first poll: [`Endpoint::drive_briefly`]). The reply that lands meanwhile is
+    /// decoded as soon as the caller goes on: it may stay in its slot.
+    pub(super) fn drive(&self, spin: Duration, briefly: bool) {
         let outcome = &self.cell.outcome;
+        let ready = || outcome.is_complete();
         self.cell.thread_waiting.set(true);
-        self.endpoint
-            .drive(spin, self.deadline, || outcome.is_complete());
-        self.cell.thread_waiting.set(false);
-    }
-
-    /// A future's first poll: drives the completion queue for up to `spin`, as a blocking
-    /// caller does before it parks (see [`Endpoint::drive_briefly`]). The reply that lands
-    /// meanwhile is decoded as soon as the poll goes on: it may stay in its slot.
-    fn drive_briefly(&self, spin: Duration) {
-        let outcome = &self.cell.outcome;
-        self.cell.thread_waiting.set(true);
-        self.endpoint
-            .drive_briefly(spin, self.deadline, || outcome.is_complete());
+        if briefly {
+            self.endpoint.drive_briefly(spin, self.deadline, ready);
+        } else {
+            self.endpoint.drive(spin, self.deadline, ready);
+        }
         self.cell.thread_waiting.set(false);
     }
 }
@@ -196,7 +192,7 @@ impl Started {
         if !self.driven {
             self.driven = true;
             if !spin.is_zero() {
-                self.drive_briefly(spin);
+                self.drive(spin, true);
             }
         }
         let outcome = self.cell.outcome.poll_take(cx);

@@ -105,19 +105,11 @@ impl Conn {
         // re-posts still reach the credit threshold (half the grant) that sends a CREDIT
         // frame; with half held, a peer short of credits could wait for a keepalive.
         let limit = self.local_hello.slot_count / 4;
-        let mut held = self.futures_holding_slots.load(Ordering::Relaxed);
-        while held < limit {
-            match self.futures_holding_slots.compare_exchange_weak(
-                held,
-                held + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(now) => held = now,
-            }
-        }
-        false
+        self.futures_holding_slots
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held < limit).then_some(held + 1)
+            })
+            .is_ok()
     }
 
     /// A future that [held](Conn::hold_reply_slot) a reply slot is done with it.
