@@ -34,8 +34,6 @@ pub type Channel = Client;
 pub struct Endpoint {
     target: String,
     builder: ClientBuilder,
-    /// [`Endpoint::tls_config`] was given: an `https://` target is gRPC over TLS.
-    tls: bool,
 }
 
 impl Endpoint {
@@ -82,11 +80,7 @@ impl Endpoint {
     ) -> Result<Endpoint, Error> {
         let target = target.into();
         parse_target(&secure_as_grpc(&target).unwrap_or_else(|| target.clone()))?;
-        Ok(Endpoint {
-            target,
-            builder,
-            tls: false,
-        })
+        Ok(Endpoint { target, builder })
     }
 
     /// gRPC over TLS with these CAs and name (tonic's `tls_config`), for an `https://` target
@@ -106,7 +100,6 @@ impl Endpoint {
             ));
         }
         self.builder = self.builder.grpc_tls(roots, domain);
-        self.tls = true;
         Ok(self)
     }
 
@@ -154,7 +147,8 @@ impl Endpoint {
     /// As [`ClientBuilder::connect`].
     pub async fn connect(&self) -> Result<Channel, Error> {
         let target = match secure_as_grpc(&self.target) {
-            Some(_) if !self.tls => {
+            // gRPC over TLS needs the TLS settings (tls_config, or the builder's grpc_tls).
+            Some(_) if self.builder.grpc_tls.is_none() => {
                 return Err(Error::InvalidAddress(format!(
                     "{}: https:// needs the TLS settings (Endpoint::tls_config)",
                     self.target
