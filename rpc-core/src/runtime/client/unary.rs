@@ -139,14 +139,18 @@ impl Started {
 
 pub(super) enum FutureState<Resp> {
     Pending(Started),
-    /// A call over gRPC: its response stream, and what of the response came.
-    Stream {
-        responses: Streaming<Resp>,
-        headers: Option<MetadataMap>,
-        message: Option<Resp>,
-    },
+    /// A call over gRPC. Boxed: the future moves by value (into an executor, say), and the
+    /// native call, the common one, should not carry the stream's size.
+    Stream(Box<GrpcUnary<Resp>>),
     Failed(Option<Status>),
     Done,
+}
+
+/// A unary call over gRPC: its response stream, and what of the response came.
+pub(super) struct GrpcUnary<Resp> {
+    responses: Streaming<Resp>,
+    headers: Option<MetadataMap>,
+    message: Option<Resp>,
 }
 
 /// The response of a call started with [`Client::unary_async`]: `.await` it from any
@@ -171,8 +175,8 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
                 let result = started.wait(self.client.inner.config.spin, self.method);
                 self.client.finish(result)
             }
-            FutureState::Stream { mut responses, .. } => {
-                let result = responses.wait_unary();
+            FutureState::Stream(mut call) => {
+                let result = call.responses.wait_unary();
                 self.client.counted(result)
             }
             FutureState::Failed(status) => self.client.finish(Err(status.expect("polled once"))),
@@ -228,11 +232,12 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
                     }
                 }
             }
-            FutureState::Stream {
-                responses,
-                headers,
-                message,
-            } => {
+            FutureState::Stream(call) => {
+                let GrpcUnary {
+                    responses,
+                    headers,
+                    message,
+                } = &mut **call;
                 let result = match responses.poll_unary(headers, message, cx) {
                     Poll::Ready(result) => result,
                     Poll::Pending => return Poll::Pending,
@@ -403,11 +408,11 @@ impl Client {
             },
             Wire::Grpc(_) => {
                 match self.open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref())) {
-                    Ok((_, responses)) => FutureState::Stream {
+                    Ok((_, responses)) => FutureState::Stream(Box::new(GrpcUnary {
                         responses,
                         headers: None,
                         message: None,
-                    },
+                    })),
                     Err(status) => FutureState::Failed(Some(status)),
                 }
             }
