@@ -379,7 +379,7 @@ impl std::task::Wake for ThreadWaker {
 }
 
 /// Runs `future` on this thread, parking it while the future waits.
-fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut cx = Context::from_waker(&waker);

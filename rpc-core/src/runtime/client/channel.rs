@@ -146,18 +146,32 @@ impl Endpoint {
     ///
     /// As [`ClientBuilder::connect`].
     pub async fn connect(&self) -> Result<Channel, Error> {
-        let target = match secure_as_grpc(&self.target) {
-            // gRPC over TLS needs the TLS settings (tls_config, or the builder's grpc_tls).
-            Some(_) if self.builder.grpc_tls.is_none() => {
-                return Err(Error::InvalidAddress(format!(
-                    "{}: https:// needs the TLS settings (Endpoint::tls_config)",
-                    self.target
-                )))
-            }
-            Some(grpc) => grpc,
-            None => self.target.clone(),
-        };
+        let target = self.connect_target()?;
         self.builder.clone().connect_async(&target).await
+    }
+
+    /// tonic's `connect_lazy`: a [`Channel`] that connects at its first call
+    /// ([`ClientBuilder::connect_lazy`]). Nothing is checked until then: a call that cannot
+    /// connect fails with UNAVAILABLE and says why, and the next call tries again.
+    pub fn connect_lazy(&self) -> Channel {
+        // An https:// target without TLS settings stays as it is: each call says it needs them.
+        let target = self
+            .connect_target()
+            .unwrap_or_else(|_| self.target.clone());
+        self.builder.clone().connect_lazy(&target)
+    }
+
+    /// The target to connect to: an `https://` one as the `grpc://` one it is.
+    fn connect_target(&self) -> Result<String, Error> {
+        match secure_as_grpc(&self.target) {
+            // gRPC over TLS needs the TLS settings (tls_config, or the builder's grpc_tls).
+            Some(_) if self.builder.grpc_tls.is_none() => Err(Error::InvalidAddress(format!(
+                "{}: https:// needs the TLS settings (Endpoint::tls_config)",
+                self.target
+            ))),
+            Some(grpc) => Ok(grpc),
+            None => Ok(self.target.clone()),
+        }
     }
 }
 

@@ -8,7 +8,7 @@ mod streams;
 mod unary;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -204,12 +204,43 @@ impl ClientBuilder {
     /// a server that answers in another protocol (an HTTP/2 server's SETTINGS where our
     /// HELLO should be: a tonic server, say) is called over standard gRPC instead.
     pub fn connect(mut self, addr: &str) -> Result<Client, Error> {
+        let counters = Arc::new(Counters::default());
+        let wire = self.open_wire(addr, &counters)?;
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                wire: OnceLock::from(wire),
+                config: self,
+                counters,
+                lazy_target: None,
+            }),
+        })
+    }
+
+    /// tonic's `connect_lazy`: a client that connects at its first call, as
+    /// [`ClientBuilder::connect`] would, and not before; nothing is checked until then. A
+    /// call that finds no connection (the server is not up yet, the target is wrong) fails
+    /// with UNAVAILABLE, and the next call tries again. Once connected, the client reconnects
+    /// as any does. An async call's connecting is done on a thread of its own, so the future
+    /// does not block its executor.
+    pub fn connect_lazy(self, addr: &str) -> Client {
+        Client {
+            inner: Arc::new(ClientInner {
+                wire: OnceLock::new(),
+                config: self,
+                counters: Arc::new(Counters::default()),
+                lazy_target: Some(addr.to_string()),
+            }),
+        }
+    }
+
+    /// The wire to `addr` (see [`ClientBuilder::connect`]); the transport it settles on is
+    /// left in the builder.
+    fn open_wire(&mut self, addr: &str, counters: &Arc<Counters>) -> Result<Wire, Error> {
         let (forced, addr) = parse_target(addr)?;
         if let Some(transport) = forced {
             self.transport = transport;
         }
         self.ring.validate()?;
-        let counters = Arc::new(Counters::default());
         if self.transport == TransportKind::Grpc {
             let tls = match &self.grpc_tls {
                 None => None,
@@ -235,20 +266,14 @@ impl ClientBuilder {
                 tls,
             )?;
             tracing::debug!(%addr, transport = "grpc", "connected");
-            return Ok(Client {
-                inner: Arc::new(ClientInner {
-                    wire: Wire::Grpc(channel),
-                    config: self,
-                    counters,
-                }),
-            });
+            return Ok(Wire::Grpc(channel));
         }
         let (cq, connector) = client_transport(addr, self.transport)?;
         let (endpoint, poller) = Endpoint::start(
             cq,
             Role::Client,
             None,
-            Arc::clone(&counters),
+            Arc::clone(counters),
             PollerSettings {
                 idle_spin: self.idle_spin,
                 keepalive: self.keepalive,
@@ -280,7 +305,7 @@ impl ClientBuilder {
                 native.stop();
                 tracing::info!(%addr, ?magic, "the server speaks another protocol; trying standard gRPC");
                 self.transport = TransportKind::Grpc;
-                return self.connect(addr);
+                return self.open_wire(addr, counters);
             }
             Err(e) => {
                 native.stop();
@@ -289,13 +314,7 @@ impl ClientBuilder {
         };
         *native.conn.write() = Some(conn);
         tracing::debug!(%addr, transport = native.connector.name(), "connected");
-        Ok(Client {
-            inner: Arc::new(ClientInner {
-                wire: Wire::Native(native),
-                config: self,
-                counters,
-            }),
-        })
+        Ok(Wire::Native(native))
     }
 }
 
@@ -325,9 +344,12 @@ fn filled_cell_pool() -> CellPool {
 }
 
 struct ClientInner {
-    wire: Wire,
+    /// Set when the client is made, or by a lazy client's first call.
+    wire: OnceLock<Wire>,
     config: ClientBuilder,
     counters: Arc<Counters>,
+    /// A lazy client's target ([`ClientBuilder::connect_lazy`]).
+    lazy_target: Option<String>,
 }
 
 /// What a client's calls travel on.
@@ -440,23 +462,68 @@ impl Client {
         ClientBuilder::default().connect(addr)
     }
 
-    /// The transport in use (`tcp`, `verbs`, `memory`, `grpc`).
+    /// The transport in use (`tcp`, `verbs`, `memory`, `grpc`; `unconnected` for a lazy
+    /// client before its first call connected it).
     pub fn transport_name(&self) -> &'static str {
-        match &self.inner.wire {
-            Wire::Native(native) => native.connector.name(),
-            Wire::Grpc(_) => "grpc",
+        match self.inner.wire.get() {
+            Some(Wire::Native(native)) => native.connector.name(),
+            Some(Wire::Grpc(_)) => "grpc",
+            None => "unconnected",
         }
     }
 
     /// The client's counters.
     pub fn stats(&self) -> Stats {
-        match &self.inner.wire {
-            Wire::Native(native) => Stats {
+        match self.inner.wire.get() {
+            Some(Wire::Native(native)) => Stats {
                 connect_retries: native.connector.connect_retries(),
                 ..self.inner.counters.snapshot()
             },
-            Wire::Grpc(_) => self.inner.counters.snapshot(),
+            Some(Wire::Grpc(_)) | None => self.inner.counters.snapshot(),
         }
+    }
+
+    /// The wire calls travel on; a lazy client's first call connects it here (blocking).
+    #[inline]
+    fn wire(&self) -> Result<&Wire, Status> {
+        match self.inner.wire.get() {
+            Some(wire) => Ok(wire),
+            None => self.connect_lazily(),
+        }
+    }
+
+    /// [`Client::wire`] for an async caller: a lazy client connects on a thread of its own.
+    async fn wire_async(&self) -> Result<&Wire, Status> {
+        if let Some(wire) = self.inner.wire.get() {
+            return Ok(wire);
+        }
+        let client = self.clone();
+        let connecting =
+            super::on_own_thread("rpc-connect", move || client.connect_lazily().map(|_| ()))
+                .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
+        connecting.await.unwrap_or_else(|| {
+            Err(Status::unavailable(
+                "not connected: the connecting thread ended without a result",
+            ))
+        })?;
+        Ok(self.inner.wire.get().expect("connected just now"))
+    }
+
+    /// A lazy client's connecting. Callers racing here each connect (outside any lock:
+    /// connecting is I/O); the first wire set is kept, and the others are closed.
+    #[cold]
+    fn connect_lazily(&self) -> Result<&Wire, Status> {
+        let Some(target) = &self.inner.lazy_target else {
+            unreachable!("only a lazy client is made without a wire")
+        };
+        let mut builder = self.inner.config.clone();
+        let wire = builder
+            .open_wire(target, &self.inner.counters)
+            .map_err(|e| Status::unavailable(format!("not connected to {target}: {e}")))?;
+        if self.inner.wire.set(wire).is_err() {
+            tracing::debug!(%target, "a concurrent first call connected first; using its connection");
+        }
+        Ok(self.inner.wire.get().expect("set just now, or before"))
     }
 
     /// The request as the interceptor (if any) leaves it.

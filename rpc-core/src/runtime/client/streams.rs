@@ -63,7 +63,7 @@ impl Client {
     ) -> Result<(StreamSender, Streaming<Resp>), Status> {
         let _span = tracing::trace_span!("stream", method = method.path).entered();
         self.inner.counters.call();
-        let native = match &self.inner.wire {
+        let native = match self.wire()? {
             Wire::Native(native) => native,
             Wire::Grpc(channel) => return Ok(self.open_grpc(channel, method, request, message)),
         };
@@ -172,6 +172,10 @@ impl Client {
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
+        // A lazy client connects here, off the executor's thread (open_stream would block).
+        if let Err(status) = self.wire_async().await {
+            return self.counted(Err(status));
+        }
         let opened = self.open_stream(method, &request, Some(request.get_ref()));
         drop(request);
         let result = match opened {
@@ -244,6 +248,10 @@ impl Client {
         Resp: prost::Message + Default,
         S: futures_core::Stream<Item = Req> + Send + 'static,
     {
+        // A lazy client connects here, off the executor's thread (open_stream would block).
+        if let Err(status) = self.wire_async().await {
+            return self.counted(Err(status));
+        }
         let (sender, mut responses, messages) = match self.open_with(method, requests) {
             Ok(opened) => opened,
             Err(status) => return self.counted(Err(status)),
@@ -275,6 +283,10 @@ impl Client {
         Resp: prost::Message + Default,
         S: futures_core::Stream<Item = Req> + Send + 'static,
     {
+        // A lazy client connects here, off the executor's thread (open_stream would block).
+        if let Err(status) = self.wire_async().await {
+            return self.counted(Err(status));
+        }
         let (sender, mut responses, messages) = match self.open_with(method, requests) {
             Ok(opened) => opened,
             Err(status) => return self.counted(Err(status)),

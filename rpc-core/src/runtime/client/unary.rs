@@ -138,6 +138,8 @@ impl Started {
 }
 
 pub(super) enum FutureState<Resp> {
+    /// A lazy client's first call: connecting, then starting the call.
+    Connecting(Pin<Box<dyn Future<Output = FutureState<Resp>> + Send>>),
     Pending(Started),
     /// A call over gRPC. Boxed: the future moves by value (into an executor, say), and the
     /// native call, the common one, should not carry the stream's size.
@@ -179,6 +181,10 @@ impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
                 let result = call.responses.wait_unary();
                 self.client.counted(result)
             }
+            FutureState::Connecting(connecting) => {
+                self.state = crate::runtime::streaming::block_on(connecting);
+                self.wait()
+            }
             FutureState::Failed(status) => self.client.finish(Err(status.expect("polled once"))),
             FutureState::Done => Err(Status::failed_precondition("response already taken")),
         }
@@ -219,6 +225,13 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let outcome = match &mut this.state {
+            FutureState::Connecting(connecting) => match connecting.as_mut().poll(cx) {
+                Poll::Ready(started) => {
+                    this.state = started;
+                    return Pin::new(this).poll(cx);
+                }
+                Poll::Pending => return Poll::Pending,
+            },
             FutureState::Pending(started) => {
                 match started.poll_outcome(cx, this.client.inner.config.spin) {
                     Poll::Ready(r) => r,
@@ -360,9 +373,10 @@ impl Client {
             Ok(request) => request,
             Err(status) => return self.counted(Err(status)),
         };
-        let native = match &self.inner.wire {
-            Wire::Native(native) => native,
-            Wire::Grpc(_) => {
+        let native = match self.wire() {
+            Ok(Wire::Native(native)) => native,
+            Err(status) => return self.counted(Err(status)),
+            Ok(Wire::Grpc(_)) => {
                 let result = self
                     .open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref()))
                     .and_then(|(_, mut responses)| responses.wait_unary());
@@ -387,8 +401,8 @@ impl Client {
         request: Request<Req>,
     ) -> ResponseFuture<Resp>
     where
-        Req: prost::Message,
-        Resp: prost::Message + Default,
+        Req: prost::Message + 'static,
+        Resp: prost::Message + Default + 'static,
     {
         let request = match self.intercept(request) {
             Ok(request) => request,
@@ -401,13 +415,36 @@ impl Client {
                 };
             }
         };
-        let state = match &self.inner.wire {
-            Wire::Native(native) => match self.start(native, method, &request, false) {
+        let state = match self.inner.wire.get() {
+            Some(wire) => self.start_future(wire, method, &request),
+            None => self.connect_then_start(method, request),
+        };
+        ResponseFuture {
+            client: self.clone(),
+            method,
+            state,
+            _response: PhantomData,
+        }
+    }
+
+    /// The state of a future whose call starts now on `wire`.
+    fn start_future<Req, Resp>(
+        &self,
+        wire: &Wire,
+        method: &'static MethodDescriptor,
+        request: &Request<Req>,
+    ) -> FutureState<Resp>
+    where
+        Req: prost::Message,
+        Resp: prost::Message + Default,
+    {
+        match wire {
+            Wire::Native(native) => match self.start(native, method, request, false) {
                 Ok(started) => FutureState::Pending(started),
                 Err(status) => FutureState::Failed(Some(status)),
             },
             Wire::Grpc(_) => {
-                match self.open_stream_as::<Req, Resp>(method, &request, Some(request.get_ref())) {
+                match self.open_stream_as::<Req, Resp>(method, request, Some(request.get_ref())) {
                     Ok((_, responses)) => FutureState::Stream(Box::new(GrpcUnary {
                         responses,
                         headers: None,
@@ -416,12 +453,27 @@ impl Client {
                     Err(status) => FutureState::Failed(Some(status)),
                 }
             }
-        };
-        ResponseFuture {
-            client: self.clone(),
-            method,
-            state,
-            _response: PhantomData,
         }
+    }
+
+    /// A lazy client's first call: the future connects (off its executor's thread), then
+    /// starts the call.
+    #[cold]
+    fn connect_then_start<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> FutureState<Resp>
+    where
+        Req: prost::Message + 'static,
+        Resp: prost::Message + Default + 'static,
+    {
+        let client = self.clone();
+        FutureState::Connecting(Box::pin(async move {
+            match client.wire_async().await {
+                Ok(wire) => client.start_future(wire, method, &request),
+                Err(status) => FutureState::Failed(Some(status)),
+            }
+        }))
     }
 }
