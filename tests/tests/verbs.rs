@@ -14,7 +14,7 @@ use rpc_core::protocol::v2::flags;
 use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
 use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SharedRings};
-use rpc_core::{Client, Code, Request, TransportKind};
+use rpc_core::{Client, Code, Request, Server, TransportKind};
 use rpc_tests::race::{flood, read_to_end, Census, RaceService};
 use rpc_tests::scenarios::{self, connect, payload, serve, TortureService, RING};
 use rpc_tests::testing::race_client::blocking::RaceClient;
@@ -592,6 +592,40 @@ fn verbs_a_window_of_futures_and_other_callers_share_a_client() {
             .echo(payload(7, 64))
             .expect("an echo after the window");
     });
+}
+
+/// A verbs server's own IP:port serves TCP as well: this framework's protocol for a client
+/// without RDMA, and standard gRPC for stock clients; `tcp_beside_verbs(false)` turns it off.
+#[test]
+fn verbs_server_serves_tcp_and_grpc_clients_on_its_own_port() {
+    let Some(ip) = verbs_addr() else { return };
+    let server = serve(&format!("{ip}:0"), TransportKind::Auto);
+    assert_eq!(server.transport_name(), "verbs");
+    let addr = server.local_addr().to_string();
+    let mut clients = Vec::new();
+    for (scheme, transport) in [("verbs", "verbs"), ("tcp", "tcp"), ("grpc", "grpc")] {
+        let client = TortureClient::connect(&format!("{scheme}://{addr}"))
+            .unwrap_or_else(|e| panic!("{scheme}:// to a verbs server's port: {e}"));
+        assert_eq!(client.inner().transport_name(), transport);
+        let req = payload(7, 3000);
+        assert_eq!(client.echo(req.clone()).expect("echo").into_inner(), req);
+        clients.push(client);
+    }
+    assert_eq!(server.connections(), 2, "a verbs and a TCP connection");
+    drop(clients);
+    drop(server);
+
+    let alone = Server::builder()
+        .ring(RING)
+        .tcp_beside_verbs(false)
+        .add_service(TortureServer::new(TortureService::default()))
+        .start(&format!("{ip}:0"), V)
+        .expect("a verbs server");
+    let refused = Client::builder()
+        .transport(TransportKind::Tcp)
+        .connect_timeout(Duration::from_secs(2))
+        .connect(alone.local_addr());
+    assert!(refused.is_err(), "no TCP beside verbs when turned off");
 }
 
 /// Serves the Torture service at `RPC_TEST_CHILD_ADDR` until killed: the server process of

@@ -59,6 +59,7 @@ pub struct ServerBuilder {
     grpc_tls: Option<(Vec<u8>, Vec<u8>)>,
     interceptor: Option<SharedInterceptor>,
     standard_services: bool,
+    tcp_beside_verbs: bool,
 }
 
 impl Default for ServerBuilder {
@@ -83,6 +84,7 @@ impl Default for ServerBuilder {
             grpc_tls: None,
             interceptor: None,
             standard_services: true,
+            tcp_beside_verbs: true,
         }
     }
 }
@@ -258,6 +260,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Whether a server that serves over RDMA verbs also serves its clients over TCP on the
+    /// same IP and port (default: yes): this framework's protocol for clients without RDMA,
+    /// and standard gRPC (HTTP/2, with TLS if [`ServerBuilder::grpc_tls`]) for stock clients,
+    /// told apart by their first bytes as on a TCP server. The RDMA connection manager's ports
+    /// are not TCP's, so the two do not collide; a TCP port already taken fails the start.
+    pub fn tcp_beside_verbs(mut self, enable: bool) -> Self {
+        self.tcp_beside_verbs = enable;
+        self
+    }
+
     /// Adds a service whose handlers run on the worker pool.
     pub fn add_service(self, service: impl Service) -> Self {
         self.add_service_with(service, Execution::WorkerPool)
@@ -355,7 +367,9 @@ impl ServerBuilder {
         Ok(())
     }
 
-    /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool.
+    /// Binds `addr` and starts serving: an acceptor thread, the poller, the worker pool (over
+    /// verbs, a second acceptor and poller for TCP on the same port:
+    /// [`ServerBuilder::tcp_beside_verbs`]).
     /// Returns the running server's handle (its address, counters, shutdown); dropping it
     /// shuts the server down. Built inside a tokio runtime without a
     /// [`ServerBuilder::thread_context`], the server's threads enter that runtime, so
@@ -398,17 +412,35 @@ impl ServerBuilder {
             let port_face = Arc::clone(&port_face);
             Arc::new(move |stream| port_face.hand_off(stream))
         };
-        let super::transport_select::ServerTransport {
-            cq,
-            acceptor,
-            name: transport_name,
-        } = server_transport(
+        let primary = server_transport(
             addr,
             transport,
             self.ring,
             self.shared_rings,
-            (self.thread_context.clone(), Some(handoff)),
+            (self.thread_context.clone(), Some(handoff.clone())),
         )?;
+        let transport_name = primary.name;
+        let local_addr = primary.acceptor.local_addr();
+        // Over verbs, TCP on the same IP:port too (our protocol, and gRPC handed over).
+        let beside = if transport_name == "verbs" && self.tcp_beside_verbs {
+            let tcp = server_transport(
+                &local_addr,
+                TransportKind::Tcp,
+                self.ring,
+                self.shared_rings,
+                (self.thread_context.clone(), Some(handoff)),
+            )
+            .map_err(|e| {
+                Error::InvalidConfig(format!(
+                    "serving over verbs on {local_addr}, TCP on the same port failed: {e} \
+                     (ServerBuilder::tcp_beside_verbs(false) serves verbs alone)"
+                ))
+            })?;
+            tracing::info!(addr = %local_addr, "serving TCP beside verbs on the same port");
+            Some(tcp)
+        } else {
+            None
+        };
         let counters = Arc::new(Counters::default());
         let paths = routes
             .values()
@@ -441,39 +473,49 @@ impl ServerBuilder {
             )?),
             None => None,
         };
-        let (endpoint, poller) = Endpoint::start(
-            cq,
-            Role::Server,
-            Some(Arc::clone(&shared) as Arc<dyn Dispatch>),
-            counters,
-            PollerSettings {
-                idle_spin: self.idle_spin,
-                keepalive: self.keepalive,
-                name: "server",
-                context: self.thread_context.clone(),
-                memory: MemoryBudget::new(
-                    self.memory_budget
-                        .unwrap_or_else(super::default_memory_budget),
-                ),
-                stall_timeout: self.stall_timeout,
-                offer_extensions: false,
-            },
-        )?;
-        let local_addr = acceptor.local_addr();
+        // One budget for every transport: the bound is server-wide.
+        let memory = MemoryBudget::new(
+            self.memory_budget
+                .unwrap_or_else(super::default_memory_budget),
+        );
+        let mut listening = Vec::new();
+        for (transport, name) in [(Some(primary), "server"), (beside, "server-tcp")] {
+            let Some(transport) = transport else { continue };
+            let (endpoint, poller) = Endpoint::start(
+                transport.cq,
+                Role::Server,
+                Some(Arc::clone(&shared) as Arc<dyn Dispatch>),
+                Arc::clone(&counters),
+                PollerSettings {
+                    idle_spin: self.idle_spin,
+                    keepalive: self.keepalive,
+                    name,
+                    context: self.thread_context.clone(),
+                    memory: memory.clone(),
+                    stall_timeout: self.stall_timeout,
+                    offer_extensions: false,
+                },
+            )?;
+            listening.push((endpoint, poller, transport.acceptor));
+        }
+        let endpoints: Arc<[Arc<Endpoint>]> =
+            listening.iter().map(|(e, ..)| Arc::clone(e)).collect();
         let stop = Arc::new(Flag::new(false));
-        let acceptor_thread = {
-            let (endpoint, stop) = (Arc::clone(&endpoint), Arc::clone(&stop));
+        let mut threads = Vec::new();
+        for (endpoint, poller, acceptor) in listening {
+            let (all, stop) = (Arc::clone(&endpoints), Arc::clone(&stop));
             let max_connections = self.max_connections;
-            std::thread::Builder::new()
+            let acceptor_thread = std::thread::Builder::new()
                 .name("rpc-acceptor".to_string())
-                .spawn(move || accept_loop(acceptor, endpoint, stop, max_connections))?
-        };
+                .spawn(move || accept_loop(acceptor, (endpoint, all), stop, max_connections))?;
+            threads.push((acceptor_thread, poller));
+        }
         tracing::info!(addr = %local_addr, transport = transport_name, "serving");
         Ok(Server {
-            endpoint,
+            endpoints,
             shared,
             stop,
-            threads: Some((acceptor_thread, poller)),
+            threads,
             local_addr,
             transport_name,
             grpc,
@@ -483,16 +525,19 @@ impl ServerBuilder {
     }
 }
 
+/// Accepts `acceptor`'s connections onto `endpoint`; `all` the server's endpoints, whose
+/// connections together count against `max_connections`.
 fn accept_loop(
     mut acceptor: Box<dyn Acceptor>,
-    endpoint: Arc<Endpoint>,
+    (endpoint, all): (Arc<Endpoint>, Arc<[Arc<Endpoint>]>),
     stop: Arc<Flag>,
     max_connections: Option<usize>,
 ) {
     while !stop.is_raised() {
         match acceptor.accept(Duration::from_millis(50)) {
             Ok(Some(link)) => {
-                if max_connections.is_some_and(|max| endpoint.conns().len() >= max) {
+                let served = || all.iter().map(|e| e.conns().len()).sum::<usize>();
+                if max_connections.is_some_and(|max| served() >= max) {
                     tracing::warn!(peer = %link.peer_name(), "connection limit reached; closing the new connection");
                     endpoint.refuse_link(&link);
                     continue;
@@ -519,10 +564,12 @@ fn accept_loop(
 
 /// A running server. Dropping it shuts it down gracefully.
 pub struct Server {
-    endpoint: Arc<Endpoint>,
+    /// Its transport's endpoint, then (over verbs) the one of TCP on the same port.
+    endpoints: Arc<[Arc<Endpoint>]>,
     shared: Arc<Shared>,
     stop: Arc<Flag>,
-    threads: Option<(JoinHandle<()>, JoinHandle<()>)>,
+    /// Each endpoint's acceptor and poller threads; empty once shut down.
+    threads: Vec<(JoinHandle<()>, JoinHandle<()>)>,
     local_addr: String,
     transport_name: &'static str,
     grpc: Option<GrpcFace>,
@@ -570,17 +617,18 @@ impl Server {
     /// Bytes the server registered with its RDMA device now (over verbs: its shared receive
     /// queue and its connections' send rings; 0 over other transports).
     pub fn registered_bytes(&self) -> u64 {
-        self.endpoint.registered_bytes()
+        self.endpoints.iter().map(|e| e.registered_bytes()).sum()
     }
 
-    /// Number of live connections.
+    /// Number of live connections of this framework's protocol, over every transport.
     pub fn connections(&self) -> usize {
-        self.endpoint.conns().len()
+        self.endpoints.iter().map(|e| e.conns().len()).sum()
     }
 
-    /// The memory budget (ServerBuilder::memory_budget) and what is reserved from it now.
+    /// The memory budget (ServerBuilder::memory_budget) and what is reserved from it now
+    /// (one budget for every transport).
     pub fn memory(&self) -> &MemoryBudget {
-        self.endpoint.memory()
+        self.endpoints[0].memory()
     }
 
     /// Serves until SIGINT or SIGTERM (Ctrl-C, `kill`), then shuts down gracefully
@@ -626,21 +674,25 @@ impl Server {
     }
 
     fn shutdown_inner(&mut self, grace: Duration) {
-        let Some((acceptor, poller)) = self.threads.take() else {
+        if self.threads.is_empty() {
             return;
-        };
+        }
+        let (acceptors, pollers): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.threads).into_iter().unzip();
         self.stop.raise();
         if let Some(stopping) = &self.stopping {
             stopping.announce();
         }
         let give_up = Instant::now() + grace;
-        let _ = acceptor.join();
+        for acceptor in acceptors {
+            let _ = acceptor.join();
+        }
         // No HTTP/2 client handed over from the port from now on (its listener may close a
         // moment later); the native connections hear GOODBYE before the faces drain, so that
         // every call has the same grace.
         self.port_face.close();
         if !grace.is_zero() {
-            for conn in self.endpoint.conns().iter() {
+            for conn in self.endpoints.iter().flat_map(|e| e.conns().to_vec()) {
                 conn.submit(Work::Goodbye);
             }
         }
@@ -652,11 +704,15 @@ impl Server {
         while self.shared.calls.in_flight.get() > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
-        for conn in self.endpoint.conns().iter() {
-            self.endpoint.close_conn(conn, "server shut down");
+        for endpoint in self.endpoints.iter() {
+            for conn in endpoint.conns().iter() {
+                endpoint.close_conn(conn, "server shut down");
+            }
+            endpoint.stop();
         }
-        self.endpoint.stop();
-        let _ = poller.join();
+        for poller in pollers {
+            let _ = poller.join();
+        }
         self.shared.pool.shutdown();
         tracing::info!(addr = %self.local_addr, "server stopped");
     }
