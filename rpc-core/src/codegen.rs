@@ -6,7 +6,7 @@
 //! that 32-bit id is what REQUEST frames carry.
 
 pub use crate::request::{IntoIterRequest, IntoRequest, IntoStreamingRequest, Request, Response};
-pub use crate::runtime::client::channel::Channel;
+pub use crate::runtime::client::channel::{Channel, ClientChannel};
 pub use crate::runtime::client::{Client, ResponseFuture, StreamingCall};
 pub use crate::runtime::server::handlers::{
     bidi_streaming, bidi_streaming_async, client_streaming, client_streaming_async,

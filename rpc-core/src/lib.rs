@@ -120,6 +120,18 @@ pub use runtime::server::{
     Execution, IncomingRequest, InterceptedService, ReplySink, Server, ServerBuilder,
 };
 pub use runtime::streaming::{BlockingIter, Streaming};
+
+/// tonic's `tonic::service` paths: [`Interceptor`] and [`InterceptedService`], so that
+/// `use tonic::service::Interceptor;` and
+/// `tonic::service::interceptor::InterceptedService<Channel, F>` resolve after a port.
+pub mod service {
+    pub use crate::{InterceptedService, Interceptor};
+
+    /// tonic's `tonic::service::interceptor`.
+    pub mod interceptor {
+        pub use crate::{InterceptedService, Interceptor};
+    }
+}
 pub use runtime::transport_select::TransportKind;
 #[doc(hidden)]
 pub use runtime::wakeups_issued;

@@ -328,3 +328,90 @@ fn a_tls_client_of_a_server_without_tls_is_closed() {
     assert!(answer.is_empty(), "answered {answer:?}");
     server.shutdown();
 }
+
+/// What a tonic application writes to name a client behind its own interceptor.
+type AuthedClient = TortureClient<
+    rpc_core::service::interceptor::InterceptedService<
+        rpc_core::transport::Channel,
+        fn(rpc_core::Request<()>) -> Result<rpc_core::Request<()>, rpc_core::Status>,
+    >,
+>;
+
+fn with_token(
+    mut request: rpc_core::Request<()>,
+) -> Result<rpc_core::Request<()>, rpc_core::Status> {
+    let token = "Bearer s3cret".parse().expect("an ASCII value");
+    request.metadata_mut().insert("authorization", token);
+    Ok(request)
+}
+
+#[test]
+fn a_generated_client_with_its_own_interceptor_as_tonic_has_it() {
+    with_watchdog("client with_interceptor", Duration::from_secs(60), || {
+        let server = Server::builder()
+            .ring(RING)
+            .add_service(TortureServer::with_interceptor(
+                TortureService::default(),
+                |request: rpc_core::Request<()>| match request.metadata().get("authorization") {
+                    Some(token) if token == "Bearer s3cret" => Ok(request),
+                    _ => Err(rpc_core::Status::unauthenticated("no token")),
+                },
+            ))
+            .start("127.0.0.1:0", TransportKind::Tcp)
+            .expect("a server starts");
+        let runtime = runtime();
+        runtime.block_on(async {
+            let channel = rpc_core::transport::Endpoint::from_shared(format!(
+                "http://{}",
+                server.local_addr()
+            ))
+            .expect("an endpoint")
+            .connect()
+            .await
+            .expect("connects");
+
+            // The plain client on the channel carries no token: refused.
+            let mut plain = TortureClient::new(channel.clone());
+            let status = plain.echo(payload(1, 8)).await.expect_err("refused");
+            assert_eq!(status.code(), Code::Unauthenticated, "{status}");
+
+            // The same channel behind the client's own interceptor: every call kind passes it.
+            let mut authed: AuthedClient =
+                TortureClient::with_interceptor(channel.clone(), with_token);
+            let reply = authed
+                .echo(payload(2, 64))
+                .await
+                .expect("echo with a token");
+            assert_eq!(reply.into_inner(), payload(2, 64));
+            let mut copies = authed
+                .watch(payload(3, 10))
+                .await
+                .expect("a server stream with a token")
+                .into_inner();
+            let mut n = 0;
+            while copies.message().await.expect("a copy").is_some() {
+                n += 1;
+            }
+            assert_eq!(n, 3);
+            // Clones keep the interceptor; the plain client still does not have it.
+            let mut clone = authed.clone();
+            clone.echo(payload(4, 8)).await.expect("a clone's echo");
+            let status = plain.echo(payload(5, 8)).await.expect_err("still refused");
+            assert_eq!(status.code(), Code::Unauthenticated, "{status}");
+
+            // An interceptor's status ends the call before it goes out.
+            let mut refusing =
+                TortureClient::with_interceptor(channel, |_: rpc_core::Request<()>| {
+                    Err(rpc_core::Status::permission_denied("not from this client"))
+                });
+            let status = refusing
+                .echo(payload(6, 8))
+                .await
+                .expect_err("refused here");
+            assert_eq!(
+                (status.code(), status.message()),
+                (Code::PermissionDenied, "not from this client")
+            );
+        });
+    });
+}

@@ -39,12 +39,12 @@ pub fn tokens(service: &Service, runtime: &syn::Ident) -> TokenStream {
             service.client_name
         ),
         String::new(),
-        " `T` is the connection, tonic's parameter; here it is always the default, `Channel`"
-            .to_string(),
-        " (`rpc_core::transport::Channel`, an `rpc_core::Client`), so that signatures written"
+        " `T` is the connection, tonic's parameter: the default, `Channel`".to_string(),
+        " (`rpc_core::transport::Channel`, an `rpc_core::Client`), or, made by".to_string(),
+        " `with_interceptor`, `InterceptedService<Channel, F>`; so signatures written for tonic"
             .to_string(),
         format!(
-            " for tonic (`{}<Channel>`) compile unchanged.",
+            " (`{0}<Channel>`, `{0}<InterceptedService<Channel, F>>`) compile unchanged.",
             service.client_name
         ),
     ]);
@@ -106,6 +106,20 @@ pub fn tokens(service: &Service, runtime: &syn::Ident) -> TokenStream {
                     &self.inner
                 }
 
+                /// tonic's `with_interceptor`: the calls of this client pass `interceptor`
+                /// before they go out (then the connection's own, if it has one); other
+                /// clients of the connection do not see it.
+                pub fn with_interceptor<F: #cg::Interceptor>(
+                    inner: #cg::Channel,
+                    interceptor: F,
+                ) -> #client<#cg::InterceptedService<#cg::Channel, F>> {
+                    #client {
+                        inner: #cg::InterceptedService::for_client(inner, interceptor),
+                    }
+                }
+            }
+
+            impl<T: #cg::ClientChannel> #client<T> {
                 #( #async_functions )*
             }
 
@@ -203,7 +217,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                     &mut self,
                     request: impl #cg::IntoRequest<#input>,
                 ) -> #cg::ResponseFuture<#output> {
-                    self.inner.unary_async(
+                    #cg::ClientChannel::channel(&self.inner).unary_async(
                         &METHODS[#index],
                         <_ as #cg::IntoRequest<#input>>::into_request(request),
                     )
@@ -228,7 +242,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status>,
                 > {
-                    let inner = self.inner.clone();
+                    let inner = #cg::ClientChannel::channel(&self.inner).clone();
                     let request = <_ as #cg::IntoRequest<#input>>::into_request(request);
                     async move { inner.server_streaming_async(&METHODS[#index], request).await }
                 }
@@ -251,7 +265,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#output>, #status>,
                 > {
-                    let inner = self.inner.clone();
+                    let inner = #cg::ClientChannel::channel(&self.inner).clone();
                     let requests = #cg::IntoStreamingRequest::into_streaming_request(requests);
                     async move { inner.client_streaming_async(&METHODS[#index], requests).await }
                 }
@@ -271,7 +285,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status>,
                 > {
-                    let inner = self.inner.clone();
+                    let inner = #cg::ClientChannel::channel(&self.inner).clone();
                     let requests = #cg::IntoStreamingRequest::into_streaming_request(requests);
                     async move { inner.bidi_streaming_async(&METHODS[#index], requests).await }
                 }

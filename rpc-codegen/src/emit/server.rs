@@ -120,10 +120,10 @@ pub fn tokens(service: &Service, sync: &[bool], runtime: &syn::Ident) -> TokenSt
                 /// Serves `inner` behind `interceptor`, which sees this service's calls only
                 /// (tonic's `with_interceptor`): it may check or change their metadata, put
                 /// values into their extensions, or refuse them with a status.
-                pub fn with_interceptor(
+                pub fn with_interceptor<F: rpc_runtime::codegen::Interceptor>(
                     inner: #generic,
-                    interceptor: impl rpc_runtime::codegen::Interceptor,
-                ) -> rpc_runtime::codegen::InterceptedService<Self> {
+                    interceptor: F,
+                ) -> rpc_runtime::codegen::InterceptedService<Self, F> {
                     rpc_runtime::codegen::InterceptedService::new(Self::new(inner), interceptor)
                 }
 

@@ -14,6 +14,28 @@ use crate::Error;
 /// (`GreeterClient::new(channel.clone())`).
 pub type Channel = Client;
 
+/// What a generated async client calls through, its parameter `T`: a [`Channel`], or one
+/// behind an interceptor of its own (`FooClient::with_interceptor(channel, f)`, tonic's
+/// `FooClient<InterceptedService<Channel, F>>`).
+pub trait ClientChannel: Clone + Send + Sync + 'static {
+    /// The connection the calls go out on (with the interceptor, if any).
+    fn channel(&self) -> &Client;
+}
+
+impl ClientChannel for Client {
+    #[inline]
+    fn channel(&self) -> &Client {
+        self
+    }
+}
+
+impl<F: crate::Interceptor> ClientChannel for crate::InterceptedService<Client, F> {
+    #[inline]
+    fn channel(&self) -> &Client {
+        self.inner()
+    }
+}
+
 /// Where and how to connect, tonic's `Endpoint`: a target (`http://host:port`, or `tcp://`,
 /// `verbs://`, `grpc://` to choose the transport) and the connection's settings.
 /// [`Endpoint::connect`] makes the [`Channel`].
