@@ -66,10 +66,7 @@ impl SharedInterceptor {
         Ok(Request::from_parts(head, message))
     }
 
-    /// Server: runs the interceptor on an arriving call's metadata and extensions (its
-    /// deadline and peer to read beside them) and gives them back as it left them, or the
-    /// status that refuses the call. Both the server-wide interceptor and a service's own
-    /// ([`crate::InterceptedService`]) run through here.
+    /// Server: [`apply_incoming`] with this interceptor.
     pub(crate) fn apply_incoming(
         &self,
         metadata: MetadataMap,
@@ -77,12 +74,12 @@ impl SharedInterceptor {
         deadline: Option<Instant>,
         peer: &Arc<str>,
     ) -> Result<(MetadataMap, Extensions), Status> {
-        let head = Request::from_incoming((), metadata, deadline, Arc::clone(peer), extensions);
-        let mut head = self.intercept(head)?;
-        Ok((
-            std::mem::take(head.metadata_mut()),
-            std::mem::take(head.extensions_mut()),
-        ))
+        apply_incoming(
+            |head| self.0.intercept(head),
+            (metadata, extensions),
+            deadline,
+            peer,
+        )
     }
 
     /// Runs the interceptor (user code) on a request's metadata, checking first that no
@@ -91,4 +88,23 @@ impl SharedInterceptor {
         rpc_sync::assert_unlocked("calling an interceptor");
         self.0.intercept(head)
     }
+}
+
+/// Server: runs `intercept` (user code) on an arriving call's metadata and extensions (its
+/// deadline and peer to read beside them) and gives them back as it left them, or the status
+/// that refuses the call. Both the server-wide interceptor and a service's own
+/// ([`crate::InterceptedService`]) run through here.
+pub(crate) fn apply_incoming(
+    intercept: impl FnOnce(Request<()>) -> Result<Request<()>, Status>,
+    (metadata, extensions): (MetadataMap, Extensions),
+    deadline: Option<Instant>,
+    peer: &Arc<str>,
+) -> Result<(MetadataMap, Extensions), Status> {
+    rpc_sync::assert_unlocked("calling an interceptor");
+    let head = Request::from_incoming((), metadata, deadline, Arc::clone(peer), extensions);
+    let mut head = intercept(head)?;
+    Ok((
+        std::mem::take(head.metadata_mut()),
+        std::mem::take(head.extensions_mut()),
+    ))
 }

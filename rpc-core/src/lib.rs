@@ -100,6 +100,7 @@ pub mod metadata;
 pub mod protocol;
 mod request;
 mod runtime;
+pub mod service;
 pub mod standard;
 mod status;
 pub mod transport;
@@ -121,17 +122,6 @@ pub use runtime::server::{
 };
 pub use runtime::streaming::{BlockingIter, Streaming};
 
-/// tonic's `tonic::service` paths: [`Interceptor`] and [`InterceptedService`], so that
-/// `use tonic::service::Interceptor;` and
-/// `tonic::service::interceptor::InterceptedService<Channel, F>` resolve after a port.
-pub mod service {
-    pub use crate::{InterceptedService, Interceptor};
-
-    /// tonic's `tonic::service::interceptor`.
-    pub mod interceptor {
-        pub use crate::{InterceptedService, Interceptor};
-    }
-}
 pub use runtime::transport_select::TransportKind;
 #[doc(hidden)]
 pub use runtime::wakeups_issued;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rpc_core::{Code, Server, TransportKind};
-use rpc_tests::scenarios::{payload, with_watchdog, TortureService, RING};
+use rpc_tests::scenarios::{payload, with_watchdog, Caller, TortureService, RING};
 use rpc_tests::testing::torture_client::{blocking, TortureClient};
 use rpc_tests::testing::torture_server::TortureServer;
 use rpc_tests::testing::FailRequest;
@@ -329,21 +329,58 @@ fn a_tls_client_of_a_server_without_tls_is_closed() {
     server.shutdown();
 }
 
+/// A client interceptor written as a type, as tonic's docs write one: it counts the calls it
+/// saw (its `&mut self`) and adds a token.
+#[derive(Clone)]
+struct AddToken {
+    token: rpc_core::MetadataValue<rpc_core::metadata::Ascii>,
+    seen: usize,
+}
+
+impl rpc_core::service::Interceptor for AddToken {
+    fn call(
+        &mut self,
+        mut request: rpc_core::Request<()>,
+    ) -> Result<rpc_core::Request<()>, rpc_core::Status> {
+        self.seen += 1;
+        let seen = rpc_core::MetadataValue::from(self.seen as u64);
+        request.metadata_mut().insert("x-seen", seen);
+        request
+            .metadata_mut()
+            .insert("authorization", self.token.clone());
+        Ok(request)
+    }
+}
+
+/// A server interceptor written as a type: the token it wants. It hands the handler the
+/// client's `x-seen` as the caller (which the echo answers as `x-caller`).
+#[derive(Clone)]
+struct RequireToken(&'static str);
+
+impl rpc_core::service::Interceptor for RequireToken {
+    fn call(
+        &mut self,
+        mut request: rpc_core::Request<()>,
+    ) -> Result<rpc_core::Request<()>, rpc_core::Status> {
+        match request.metadata().get("authorization") {
+            Some(token) if token == self.0 => {
+                let seen = request
+                    .metadata()
+                    .get("x-seen")
+                    .and_then(|v| v.to_str().ok());
+                let caller = Caller(seen.unwrap_or("none").to_string());
+                request.extensions_mut().insert(caller);
+                Ok(request)
+            }
+            _ => Err(rpc_core::Status::unauthenticated("no token")),
+        }
+    }
+}
+
 /// What a tonic application writes to name a client behind its own interceptor.
 type AuthedClient = TortureClient<
-    rpc_core::service::interceptor::InterceptedService<
-        rpc_core::transport::Channel,
-        fn(rpc_core::Request<()>) -> Result<rpc_core::Request<()>, rpc_core::Status>,
-    >,
+    rpc_core::service::interceptor::InterceptedService<rpc_core::transport::Channel, AddToken>,
 >;
-
-fn with_token(
-    mut request: rpc_core::Request<()>,
-) -> Result<rpc_core::Request<()>, rpc_core::Status> {
-    let token = "Bearer s3cret".parse().expect("an ASCII value");
-    request.metadata_mut().insert("authorization", token);
-    Ok(request)
-}
 
 #[test]
 fn a_generated_client_with_its_own_interceptor_as_tonic_has_it() {
@@ -352,10 +389,7 @@ fn a_generated_client_with_its_own_interceptor_as_tonic_has_it() {
             .ring(RING)
             .add_service(TortureServer::with_interceptor(
                 TortureService::default(),
-                |request: rpc_core::Request<()>| match request.metadata().get("authorization") {
-                    Some(token) if token == "Bearer s3cret" => Ok(request),
-                    _ => Err(rpc_core::Status::unauthenticated("no token")),
-                },
+                RequireToken("Bearer s3cret"),
             ))
             .start("127.0.0.1:0", TransportKind::Tcp)
             .expect("a server starts");
@@ -376,8 +410,12 @@ fn a_generated_client_with_its_own_interceptor_as_tonic_has_it() {
             assert_eq!(status.code(), Code::Unauthenticated, "{status}");
 
             // The same channel behind the client's own interceptor: every call kind passes it.
+            let add_token = AddToken {
+                token: "Bearer s3cret".parse().expect("an ASCII value"),
+                seen: 0,
+            };
             let mut authed: AuthedClient =
-                TortureClient::with_interceptor(channel.clone(), with_token);
+                TortureClient::with_interceptor(channel.clone(), add_token);
             let reply = authed
                 .echo(payload(2, 64))
                 .await
@@ -393,10 +431,15 @@ fn a_generated_client_with_its_own_interceptor_as_tonic_has_it() {
                 n += 1;
             }
             assert_eq!(n, 3);
-            // Clones keep the interceptor; the plain client still does not have it.
+            // The interceptor kept its state from call to call (`&mut self`): the server
+            // sees the third call numbered 3.
+            let third = authed.echo(payload(4, 8)).await.expect("a third call");
+            let caller = third.metadata().get("x-caller").expect("x-caller");
+            assert_eq!(caller, "3");
+            // A clone keeps the interceptor; the plain client still does not have it.
             let mut clone = authed.clone();
-            clone.echo(payload(4, 8)).await.expect("a clone's echo");
-            let status = plain.echo(payload(5, 8)).await.expect_err("still refused");
+            clone.echo(payload(5, 8)).await.expect("a clone's echo");
+            let status = plain.echo(payload(6, 8)).await.expect_err("still refused");
             assert_eq!(status.code(), Code::Unauthenticated, "{status}");
 
             // An interceptor's status ends the call before it goes out.
@@ -405,7 +448,7 @@ fn a_generated_client_with_its_own_interceptor_as_tonic_has_it() {
                     Err(rpc_core::Status::permission_denied("not from this client"))
                 });
             let status = refusing
-                .echo(payload(6, 8))
+                .echo(payload(7, 8))
                 .await
                 .expect_err("refused here");
             assert_eq!(

@@ -109,12 +109,12 @@ pub fn tokens(service: &Service, runtime: &syn::Ident) -> TokenStream {
                 /// tonic's `with_interceptor`: the calls of this client pass `interceptor`
                 /// before they go out (then the connection's own, if it has one); other
                 /// clients of the connection do not see it.
-                pub fn with_interceptor<F: #cg::Interceptor>(
+                pub fn with_interceptor<F: #cg::ServiceInterceptor>(
                     inner: #cg::Channel,
                     interceptor: F,
                 ) -> #client<#cg::InterceptedService<#cg::Channel, F>> {
                     #client {
-                        inner: #cg::InterceptedService::for_client(inner, interceptor),
+                        inner: #cg::InterceptedService::new(inner, interceptor),
                     }
                 }
             }
@@ -217,7 +217,8 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                     &mut self,
                     request: impl #cg::IntoRequest<#input>,
                 ) -> #cg::ResponseFuture<#output> {
-                    #cg::ClientChannel::channel(&self.inner).unary_async(
+                    #cg::ClientChannel::unary(
+                        &mut self.inner,
                         &METHODS[#index],
                         <_ as #cg::IntoRequest<#input>>::into_request(request),
                     )
@@ -242,9 +243,12 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status>,
                 > {
+                    let request = #cg::ClientChannel::intercept(
+                        &mut self.inner,
+                        <_ as #cg::IntoRequest<#input>>::into_request(request),
+                    );
                     let inner = #cg::ClientChannel::channel(&self.inner).clone();
-                    let request = <_ as #cg::IntoRequest<#input>>::into_request(request);
-                    async move { inner.server_streaming_async(&METHODS[#index], request).await }
+                    async move { inner.server_streaming_async(&METHODS[#index], request?).await }
                 }
             }
         }
@@ -265,9 +269,12 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#output>, #status>,
                 > {
+                    let requests = #cg::ClientChannel::intercept(
+                        &mut self.inner,
+                        #cg::IntoStreamingRequest::into_streaming_request(requests),
+                    );
                     let inner = #cg::ClientChannel::channel(&self.inner).clone();
-                    let requests = #cg::IntoStreamingRequest::into_streaming_request(requests);
-                    async move { inner.client_streaming_async(&METHODS[#index], requests).await }
+                    async move { inner.client_streaming_async(&METHODS[#index], requests?).await }
                 }
             }
         }
@@ -285,9 +292,12 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 ) -> impl ::core::future::Future<
                     Output = ::core::result::Result<#cg::Response<#cg::Streaming<#output>>, #status>,
                 > {
+                    let requests = #cg::ClientChannel::intercept(
+                        &mut self.inner,
+                        #cg::IntoStreamingRequest::into_streaming_request(requests),
+                    );
                     let inner = #cg::ClientChannel::channel(&self.inner).clone();
-                    let requests = #cg::IntoStreamingRequest::into_streaming_request(requests);
-                    async move { inner.bidi_streaming_async(&METHODS[#index], requests).await }
+                    async move { inner.bidi_streaming_async(&METHODS[#index], requests?).await }
                 }
             }
         }

@@ -178,14 +178,14 @@ mod tests {
             "pub async fn connect(dst: impl ::core::convert::AsRef<str>,) \
              -> ::core::result::Result<Self, rpc_runtime::Error>",
             "pub fn inner(&self) -> &rpc_runtime::codegen::Client",
-            "pub fn with_interceptor<F: rpc_runtime::codegen::Interceptor>(inner: rpc_runtime::codegen::Channel, interceptor: F,) \
+            "pub fn with_interceptor<F: rpc_runtime::codegen::ServiceInterceptor>(inner: rpc_runtime::codegen::Channel, interceptor: F,) \
              -> CalculatorClient<rpc_runtime::codegen::InterceptedService<rpc_runtime::codegen::Channel, F>>",
             "impl<T: rpc_runtime::codegen::ClientChannel> CalculatorClient<T>",
             // The async client: tonic's names.
             "/// Does Add. /// /// Calls `Add`: the future completes when the response arrives.",
             "pub fn add(&mut self, request: impl rpc_runtime::codegen::IntoRequest<super::AddRequest>,) \
              -> rpc_runtime::codegen::ResponseFuture<super::AddReply>",
-            "rpc_runtime::codegen::ClientChannel::channel(&self.inner).unary_async(&METHODS[0usize],",
+            "rpc_runtime::codegen::ClientChannel::unary(&mut self.inner, &METHODS[0usize],",
             // The streaming ones' futures hold a clone of the connection, not `&self`.
             "pub fn sum(&mut self, requests: impl rpc_runtime::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
              -> impl ::core::future::Future<Output = ::core::result::Result<rpc_runtime::codegen::Response<super::SumReply>, rpc_runtime::codegen::Status>,>",
@@ -227,8 +227,9 @@ mod tests {
             "impl<T: Calculator> CalculatorServer<T>",
             "pub fn new(inner: T) -> Self",
             "pub fn from_arc(inner: ::std::sync::Arc<T>) -> Self",
-            "pub fn with_interceptor<F: rpc_runtime::codegen::Interceptor>(inner: T, interceptor: F,) \
-             -> rpc_runtime::codegen::InterceptedService<Self, F>",
+            "pub fn with_interceptor<F>(inner: T, interceptor: F,) \
+             -> rpc_runtime::codegen::InterceptedService<Self, F> \
+             where F: rpc_runtime::codegen::ServiceInterceptor + Clone + Send + Sync + 'static,",
             "impl<T: Calculator> rpc_runtime::codegen::Service for CalculatorServer<T>",
             "fn descriptor(&self) -> &'static rpc_runtime::codegen::ServiceDescriptor { &SERVICE }",
             "0usize => { let inner = ::std::sync::Arc::clone(&self.inner); \

@@ -118,12 +118,16 @@ pub fn tokens(service: &Service, sync: &[bool], runtime: &syn::Ident) -> TokenSt
                 }
 
                 /// Serves `inner` behind `interceptor`, which sees this service's calls only
-                /// (tonic's `with_interceptor`): it may check or change their metadata, put
-                /// values into their extensions, or refuse them with a status.
-                pub fn with_interceptor<F: rpc_runtime::codegen::Interceptor>(
+                /// (tonic's `with_interceptor`, tonic's `Interceptor` trait; each call runs
+                /// on a clone of it): it may check or change their metadata, put values into
+                /// their extensions, or refuse them with a status.
+                pub fn with_interceptor<F>(
                     inner: #generic,
                     interceptor: F,
-                ) -> rpc_runtime::codegen::InterceptedService<Self, F> {
+                ) -> rpc_runtime::codegen::InterceptedService<Self, F>
+                where
+                    F: rpc_runtime::codegen::ServiceInterceptor + Clone + Send + Sync + 'static,
+                {
                     rpc_runtime::codegen::InterceptedService::new(Self::new(inner), interceptor)
                 }
 

@@ -4,10 +4,13 @@
 
 use std::time::Duration;
 
-use super::{parse_target, Client, ClientBuilder};
+use super::{parse_target, Client, ClientBuilder, ResponseFuture};
 use crate::protocol::Keepalive;
+use crate::runtime::server::InterceptedService;
+use crate::runtime::service::MethodDescriptor;
 use crate::runtime::tls_config::ClientTlsConfig;
 use crate::Error;
+use crate::{Request, Status};
 
 /// The connection a generated client calls through: this framework's [`Client`] under tonic's
 /// name. Cheap to clone; clients of several services may share one
@@ -17,9 +20,34 @@ pub type Channel = Client;
 /// What a generated async client calls through, its parameter `T`: a [`Channel`], or one
 /// behind an interceptor of its own (`FooClient::with_interceptor(channel, f)`, tonic's
 /// `FooClient<InterceptedService<Channel, F>>`).
-pub trait ClientChannel: Clone + Send + Sync + 'static {
-    /// The connection the calls go out on (with the interceptor, if any).
+pub trait ClientChannel: Send + Sync + 'static {
+    /// The connection the calls go out on.
     fn channel(&self) -> &Client;
+
+    /// The request as this value's own interceptor leaves it (a [`Channel`] has none), before
+    /// the connection's ([`crate::ClientBuilder::interceptor`]) sees it.
+    ///
+    /// # Errors
+    ///
+    /// The interceptor's status: the call ends with it, and nothing goes out.
+    fn intercept<T>(&mut self, request: Request<T>) -> Result<Request<T>, Status>;
+
+    /// Starts a unary call through this value ([`Client::unary_async`] after
+    /// [`ClientChannel::intercept`]).
+    fn unary<Req, Resp>(
+        &mut self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> ResponseFuture<Resp>
+    where
+        Req: prost::Message + 'static,
+        Resp: prost::Message + Default + 'static,
+    {
+        match self.intercept(request) {
+            Ok(request) => self.channel().unary_async(method, request),
+            Err(status) => self.channel().failed_call(method, status),
+        }
+    }
 }
 
 impl ClientChannel for Client {
@@ -27,12 +55,26 @@ impl ClientChannel for Client {
     fn channel(&self) -> &Client {
         self
     }
+
+    #[inline]
+    fn intercept<T>(&mut self, request: Request<T>) -> Result<Request<T>, Status> {
+        Ok(request)
+    }
 }
 
-impl<F: crate::Interceptor> ClientChannel for crate::InterceptedService<Client, F> {
-    #[inline]
+impl<F> ClientChannel for InterceptedService<Client, F>
+where
+    F: crate::service::Interceptor + Send + Sync + 'static,
+{
     fn channel(&self) -> &Client {
         self.inner()
+    }
+
+    fn intercept<T>(&mut self, request: Request<T>) -> Result<Request<T>, Status> {
+        let (head, message) = request.into_parts();
+        rpc_sync::assert_unlocked("calling an interceptor");
+        let head = self.interceptor_mut().call(head)?;
+        Ok(Request::from_parts(head, message))
     }
 }
 

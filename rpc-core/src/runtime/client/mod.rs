@@ -213,7 +213,6 @@ impl ClientBuilder {
                 counters,
                 lazy_target: None,
             }),
-            intercepted: None,
         })
     }
 
@@ -231,7 +230,6 @@ impl ClientBuilder {
                 counters: Arc::new(Counters::default()),
                 lazy_target: Some(addr.to_string()),
             }),
-            intercepted: None,
         }
     }
 
@@ -443,9 +441,6 @@ impl Drop for Native {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<ClientInner>,
-    /// This handle's own interceptor (a generated client's `with_interceptor`), run before
-    /// the connection's.
-    intercepted: Option<SharedInterceptor>,
 }
 
 impl std::fmt::Debug for Client {
@@ -531,25 +526,11 @@ impl Client {
         Ok(self.inner.wire.get().expect("set just now, or before"))
     }
 
-    /// The request as the interceptors (if any) leave it: this handle's, then the
-    /// connection's.
+    /// The request as the interceptor (if any) leaves it.
     fn intercept<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
-        let request = match &self.intercepted {
-            None => request,
-            Some(interceptor) => interceptor.apply(request)?,
-        };
         match &self.inner.config.interceptor {
             None => Ok(request),
             Some(interceptor) => interceptor.apply(request),
-        }
-    }
-
-    /// This connection behind `interceptor`, run before the connection's own; other handles
-    /// do not see it ([`crate::InterceptedService::for_client`]).
-    pub(crate) fn intercepted_by(&self, interceptor: SharedInterceptor) -> Client {
-        Client {
-            inner: Arc::clone(&self.inner),
-            intercepted: Some(interceptor),
         }
     }
 

@@ -40,16 +40,18 @@ impl Client {
         request: &Request<T>,
         message: Option<&dyn Encode>,
     ) -> Result<(StreamSender, Streaming<Resp>), Status> {
-        if self.intercepted.is_none() && self.inner.config.interceptor.is_none() {
-            return self.open_stream_as(method, request, message);
+        match &self.inner.config.interceptor {
+            None => self.open_stream_as(method, request, message),
+            Some(interceptor) => {
+                let mut head = Request::new(());
+                *head.metadata_mut() = request.metadata().clone();
+                if let Some(timeout) = request.timeout() {
+                    head.set_timeout(timeout);
+                }
+                let head = interceptor.intercept(head)?;
+                self.open_stream_as(method, &head, message)
+            }
         }
-        let mut head = Request::new(());
-        *head.metadata_mut() = request.metadata().clone();
-        if let Some(timeout) = request.timeout() {
-            head.set_timeout(timeout);
-        }
-        let head = self.intercept(head)?;
-        self.open_stream_as(method, &head, message)
     }
 
     /// [`Client::open_stream`] with `request`'s metadata and timeout as they are.

@@ -406,14 +406,7 @@ impl Client {
     {
         let request = match self.intercept(request) {
             Ok(request) => request,
-            Err(status) => {
-                return ResponseFuture {
-                    client: self.clone(),
-                    method,
-                    state: FutureState::Failed(Some(status)),
-                    _response: PhantomData,
-                };
-            }
+            Err(status) => return self.failed_call(method, status),
         };
         let state = match self.inner.wire.get() {
             Some(wire) => self.start_future(wire, method, &request),
@@ -423,6 +416,21 @@ impl Client {
             client: self.clone(),
             method,
             state,
+            _response: PhantomData,
+        }
+    }
+
+    /// The future of a call that ended before it went out, with `status`.
+    #[cold]
+    pub(super) fn failed_call<Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        status: Status,
+    ) -> ResponseFuture<Resp> {
+        ResponseFuture {
+            client: self.clone(),
+            method,
+            state: FutureState::Failed(Some(status)),
             _response: PhantomData,
         }
     }

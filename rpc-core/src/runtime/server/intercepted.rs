@@ -1,66 +1,40 @@
-//! [`InterceptedService`]: one service behind an interceptor of its own, what a generated
-//! server's `with_interceptor` makes (tonic's shape). The server-wide interceptor
-//! ([`crate::ServerBuilder::interceptor`]) runs before it. A generated client's
-//! `with_interceptor` makes one around a [`Client`] (tonic's
-//! `FooClient<InterceptedService<Channel, F>>`).
-
-use std::marker::PhantomData;
-use std::sync::Arc;
+//! [`InterceptedService`]: a service or a client behind an interceptor of its own
+//! ([`crate::service::Interceptor`], tonic's trait), what a generated server's or client's
+//! `with_interceptor` makes (tonic's shapes). On a server the server-wide interceptor
+//! ([`crate::ServerBuilder::interceptor`]) runs before it; on a client the connection's
+//! ([`crate::ClientBuilder::interceptor`]) runs after it.
 
 use super::handler::{IncomingRequest, ReplySink, Service};
-use crate::interceptor::SharedInterceptor;
+use crate::interceptor::apply_incoming;
 use crate::runtime::service::ServiceDescriptor;
-use crate::{Client, Interceptor};
+use crate::service::Interceptor;
 
-/// A service whose calls pass the interceptor `F` before their handler: it may check or
-/// change their metadata, put values into their extensions, or refuse them with a status (the
-/// handler then never runs). Other services of the server do not see it. Around a [`Client`],
-/// the calls a generated client makes through it pass `F` before they go out.
+/// `inner` behind the interceptor `F`. Around a service: its calls pass `F` before their
+/// handler, which may check or change their metadata, put values into their extensions, or
+/// refuse them with a status (the handler then never runs); other services of the server do
+/// not see it. Around a [`crate::Client`] (tonic's `FooClient<InterceptedService<Channel, F>>`):
+/// the calls made through it pass `F` before they go out; other clients of the connection do
+/// not see it.
+#[derive(Clone)]
 pub struct InterceptedService<S, F> {
     inner: S,
-    interceptor: SharedInterceptor,
-    _interceptor: PhantomData<fn() -> F>,
-}
-
-impl<S: Service, F: Interceptor> InterceptedService<S, F> {
-    /// `inner` behind `interceptor`.
-    pub fn new(inner: S, interceptor: F) -> Self {
-        InterceptedService {
-            inner,
-            interceptor: SharedInterceptor(Arc::new(interceptor)),
-            _interceptor: PhantomData,
-        }
-    }
-}
-
-impl<F: Interceptor> InterceptedService<Client, F> {
-    /// The calls made through `inner` pass `interceptor` first, then the client's own
-    /// ([`crate::ClientBuilder::interceptor`]); other handles of the connection do not see
-    /// it. What a generated client's `with_interceptor` makes.
-    pub fn for_client(inner: Client, interceptor: F) -> Self {
-        let interceptor = SharedInterceptor(Arc::new(interceptor));
-        InterceptedService {
-            inner: inner.intercepted_by(interceptor.clone()),
-            interceptor,
-            _interceptor: PhantomData,
-        }
-    }
+    interceptor: F,
 }
 
 impl<S, F> InterceptedService<S, F> {
+    /// `inner` behind `interceptor`.
+    pub fn new(inner: S, interceptor: F) -> Self {
+        InterceptedService { inner, interceptor }
+    }
+
     /// The service (or client) behind the interceptor.
     pub fn inner(&self) -> &S {
         &self.inner
     }
-}
 
-impl<S: Clone, F> Clone for InterceptedService<S, F> {
-    fn clone(&self) -> Self {
-        InterceptedService {
-            inner: self.inner.clone(),
-            interceptor: self.interceptor.clone(),
-            _interceptor: PhantomData,
-        }
+    /// The interceptor, to run on a client's outgoing request.
+    pub(crate) fn interceptor_mut(&mut self) -> &mut F {
+        &mut self.interceptor
     }
 }
 
@@ -72,7 +46,11 @@ impl<S: std::fmt::Debug, F> std::fmt::Debug for InterceptedService<S, F> {
     }
 }
 
-impl<S: Service, F: Interceptor> Service for InterceptedService<S, F> {
+impl<S, F> Service for InterceptedService<S, F>
+where
+    S: Service,
+    F: Interceptor + Clone + Send + Sync + 'static,
+{
     fn descriptor(&self) -> &'static ServiceDescriptor {
         self.inner.descriptor()
     }
@@ -80,10 +58,15 @@ impl<S: Service, F: Interceptor> Service for InterceptedService<S, F> {
     fn call(&self, method_index: usize, mut request: IncomingRequest, reply: ReplySink) {
         let metadata = std::mem::take(&mut request.metadata);
         let extensions = std::mem::take(&mut request.extensions);
-        match self
-            .interceptor
-            .apply_incoming(metadata, extensions, request.deadline, &request.peer)
-        {
+        // Each call its own clone, as tonic's service is cloned for a request: no lock
+        // between the threads that receive calls.
+        let mut interceptor = self.interceptor.clone();
+        match apply_incoming(
+            |head| interceptor.call(head),
+            (metadata, extensions),
+            request.deadline,
+            &request.peer,
+        ) {
             Ok((metadata, extensions)) => {
                 request.metadata = metadata;
                 request.extensions = extensions;
