@@ -15,6 +15,7 @@ pub use crate::runtime::server::handlers::{
 pub use crate::runtime::server::{IncomingRequest, InterceptedService, ReplySink, Service};
 pub use crate::runtime::service::{method_id, MethodDescriptor, MethodKind, ServiceDescriptor};
 pub use crate::runtime::streaming::Streaming;
+pub use crate::server::NamedService;
 pub use crate::service::Interceptor as ServiceInterceptor;
 pub use crate::{Code, Status};
 pub use crate::{Error, Interceptor, MetadataMap};

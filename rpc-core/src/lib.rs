@@ -100,6 +100,7 @@ pub mod metadata;
 pub mod protocol;
 mod request;
 mod runtime;
+pub mod server;
 pub mod service;
 pub mod standard;
 mod status;

@@ -143,6 +143,10 @@ pub fn tokens(service: &Service, sync: &[bool], runtime: &syn::Ident) -> TokenSt
                 }
             }
 
+            impl<#generic> rpc_runtime::codegen::NamedService for #server<#generic> {
+                const NAME: &'static str = #full_name;
+            }
+
             impl<#generic: #trait_> rpc_runtime::codegen::Service for #server<#generic> {
                 fn descriptor(&self) -> &'static rpc_runtime::codegen::ServiceDescriptor {
                     &SERVICE

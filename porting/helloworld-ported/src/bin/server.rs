@@ -34,7 +34,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()?;
     let greeter = MyGreeter::default();
 
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<GreeterServer<MyGreeter>>()
+        .await;
+
     Server::builder()
+        .add_service(health_service)
         .add_service(GreeterServer::new(greeter))
         .serve(addr)
         .await?;
