@@ -443,6 +443,9 @@ pub struct Connection<C, P> {
     /// The call the last frame opened, with its `timeout_us` (for
     /// [`Connection::handle_frame`]'s deadline).
     opened_now: Option<(u64, u32)>,
+    /// Server: the longest a call may run, whatever its client asked
+    /// ([`Connection::set_call_time_limit`]).
+    call_time_limit: Option<Duration>,
     /// Client: calls waiting for the server's `max_calls`, oldest first (ids of calls that
     /// ended meanwhile are skipped). Bounded by what the application opened and has not given
     /// up: the peer cannot add to it.
@@ -514,6 +517,7 @@ where
             queue_calls: false,
             one_request: None,
             opened_now: None,
+            call_time_limit: None,
             waiting: VecDeque::new(),
             memory: ConnectionMemory::unlimited(),
             timers: Timers::default(),
@@ -1445,6 +1449,13 @@ where
         self.timers.keepalive()
     }
 
+    /// Server: every call ends by `limit` after its opening frame arrived, or by its own
+    /// deadline if that is sooner (`None`: only by its own; tonic's server `timeout`). A call
+    /// past it ends as one past its deadline does.
+    pub fn set_call_time_limit(&mut self, limit: Option<Duration>) {
+        self.call_time_limit = limit;
+    }
+
     /// Drops a frame that made no progress in reassembly for `timeout` (`None`: never).
     pub fn set_stall_timeout(&mut self, timeout: Option<Duration>) {
         self.timers.set_stall_timeout(timeout);
@@ -1462,9 +1473,13 @@ where
         self.opened_now = None;
         let event = self.on_frame(frame)?;
         if let Some((call, timeout_us)) = self.opened_now.take() {
-            if timeout_us != 0 {
-                let deadline = now() + Duration::from_micros(u64::from(timeout_us));
-                self.set_deadline(call, deadline);
+            let asked = (timeout_us != 0).then(|| Duration::from_micros(u64::from(timeout_us)));
+            let limit = match (asked, self.call_time_limit) {
+                (Some(asked), Some(limit)) => Some(asked.min(limit)),
+                (asked, limit) => asked.or(limit),
+            };
+            if let Some(limit) = limit {
+                self.set_deadline(call, now() + limit);
             }
         }
         Ok(event)

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rpc_sync::{Exclusive, Flag, Mutex, PollDuty, Runnable, RwLock};
 
-use super::conn::{Conn, Work};
+use super::conn::{Conn, ConnTimeouts, Work};
 use super::port::Dispatch;
 use super::Counters;
 use crate::protocol::v2::{ConnectionMemory, MemoryBudget, Role, CALL_RECORD};
@@ -89,8 +89,8 @@ pub(crate) struct Endpoint {
     keepalive: Option<Keepalive>,
     /// What connections may hold for their peers (PROTOCOL.md §15).
     memory: MemoryBudget,
-    /// A message in reassembly that makes no progress for this long is dropped.
-    stall_timeout: Option<Duration>,
+    /// The connections' stall timeout and call time limit.
+    timeouts: ConnTimeouts,
     /// Client: offer the protocol extensions on each connection (PROTOCOL.md §22).
     offer_extensions: bool,
 }
@@ -106,8 +106,8 @@ pub(crate) struct PollerSettings {
     pub(crate) context: Option<super::pool::ThreadContext>,
     /// What the endpoint's connections may hold for their peers.
     pub(crate) memory: MemoryBudget,
-    /// A message in reassembly that makes no progress for this long is dropped.
-    pub(crate) stall_timeout: Option<Duration>,
+    /// The connections' stall timeout and (server) call time limit.
+    pub(crate) timeouts: ConnTimeouts,
     /// Client: offer the protocol extensions on each connection (PROTOCOL.md §22).
     pub(crate) offer_extensions: bool,
 }
@@ -127,7 +127,7 @@ impl Endpoint {
             name,
             context,
             memory,
-            stall_timeout,
+            timeouts,
             offer_extensions,
         } = settings;
         let ep = Arc::new(Endpoint {
@@ -154,7 +154,7 @@ impl Endpoint {
             idle_spin,
             keepalive,
             memory,
-            stall_timeout,
+            timeouts,
             offer_extensions,
         });
         let runner = Arc::clone(&ep);
@@ -212,7 +212,7 @@ impl Endpoint {
             self.dispatch.clone(),
             Arc::clone(&self.counters),
             memory,
-            (keepalive, self.stall_timeout),
+            (keepalive, self.timeouts),
             self.offer_extensions,
         );
         {

@@ -56,6 +56,39 @@ fn a_deadline_ends_the_call_at_both_ends_at_the_same_virtual_instant() {
 }
 
 #[test]
+fn a_server_call_time_limit_caps_every_deadline_and_ends_calls_that_asked_for_none() {
+    let mut pair = Pair::new();
+    pair.server.core.set_call_time_limit(Some(50 * MS));
+    let without = pair.call(5, b"no deadline", None);
+    let longer = pair.call(6, b"a longer one", Some(100 * MS));
+    let shorter = pair.call(7, b"a shorter one", Some(20 * MS));
+    pair.drive();
+    let opened = pair.now;
+    assert_eq!(pair.server.core.deadline(without), Some(opened + 50 * MS));
+    assert_eq!(pair.server.core.deadline(longer), Some(opened + 50 * MS));
+    assert_eq!(pair.server.core.deadline(shorter), Some(opened + 20 * MS));
+    assert_eq!(
+        pair.client.core.deadline(without),
+        None,
+        "the client asked for none"
+    );
+
+    pair.server.take_seen();
+    pair.advance(50 * MS);
+    let ended: Vec<u64> = pair
+        .server
+        .take_seen()
+        .into_iter()
+        .filter_map(|seen| match seen {
+            Seen::Deadline(call, _) => Some(call),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended, vec![shorter, without, longer]);
+    assert_eq!(pair.server.core.open_calls(), 0);
+}
+
+#[test]
 fn a_reply_that_arrives_before_the_deadline_wins_and_the_deadline_is_forgotten() {
     let mut pair = Pair::new();
     let call = pair.call(5, b"ping", Some(100 * MS));

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rpc_sync::{Mutex, RwLock};
 
 use super::call::CallCell;
-use super::conn::Conn;
+use super::conn::{Conn, ConnTimeouts};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::client::{ClientTls, GrpcChannel};
 use super::transport_select::{client_transport, Connector};
@@ -283,7 +283,10 @@ impl ClientBuilder {
                     self.memory_budget
                         .unwrap_or_else(super::default_memory_budget),
                 ),
-                stall_timeout: self.stall_timeout,
+                timeouts: ConnTimeouts {
+                    stall: self.stall_timeout,
+                    call_limit: None,
+                },
                 offer_extensions: self.extensions,
             },
         )?;

@@ -56,6 +56,15 @@ pub(crate) struct Owned {
     earliest_published: Option<Instant>,
 }
 
+/// The time limits a connection's core enforces.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ConnTimeouts {
+    /// A message in reassembly that makes no progress for this long is dropped.
+    pub(crate) stall: Option<Duration>,
+    /// Server: the longest a call may run ([`rpc_proto::Connection::set_call_time_limit`]).
+    pub(crate) call_limit: Option<Duration>,
+}
+
 /// A link and its protocol state.
 pub(crate) struct Conn {
     /// This connection, for payloads that outlive the delivery that made them.
@@ -123,7 +132,7 @@ impl Conn {
         dispatch: Option<Arc<dyn Dispatch>>,
         counters: Arc<Counters>,
         memory: ConnectionMemory,
-        (keepalive, stall_timeout): (Option<Keepalive>, Option<Duration>),
+        (keepalive, timeouts): (Option<Keepalive>, ConnTimeouts),
         offer_extensions: bool,
     ) -> Arc<Conn> {
         let local = link.local_hello();
@@ -134,7 +143,8 @@ impl Conn {
             core.set_grant(grant);
         }
         core.set_keepalive(keepalive);
-        core.set_stall_timeout(stall_timeout);
+        core.set_stall_timeout(timeouts.stall);
+        core.set_call_time_limit(timeouts.call_limit);
         // Calls beyond the server's `max_calls` wait in the core, in order (a client's only).
         core.queue_beyond_max_calls(role == Role::Client);
         // Whole requests spare a frame per call that carries metadata; a server without

@@ -39,7 +39,7 @@ impl Endpoint {
         let stretch = (connections as u32 / KEEPALIVE_PINGS_PER_SECOND).max(1);
         let every = [
             keepalive.map(|k| k.interval / 4),
-            (self.stall_timeout).map(|t| (t / 4).min(Duration::from_secs(1)) * stretch),
+            (self.timeouts.stall).map(|t| (t / 4).min(Duration::from_secs(1)) * stretch),
         ]
         .into_iter()
         .flatten()

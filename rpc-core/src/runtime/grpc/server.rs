@@ -30,6 +30,7 @@ use crate::runtime::stream::Incoming as Inbound;
 use crate::{Error, MetadataMap, Status};
 
 /// How the face runs.
+#[derive(Clone)]
 pub(crate) struct FaceSettings {
     /// The runtime to run on (else the face starts its own, two threads).
     pub(crate) runtime: Option<tokio::runtime::Handle>,
@@ -40,6 +41,11 @@ pub(crate) struct FaceSettings {
     /// Connections the face serves at once, at most (the server's `max_connections`): one
     /// beyond is closed at once.
     pub(crate) max_connections: Option<usize>,
+    /// The longest a call may run, whatever its `grpc-timeout` (the server's `timeout`).
+    pub(crate) call_limit: Option<Duration>,
+    /// Calls of one connection at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS), if fewer
+    /// than `MAX_STREAMS` (the server's `concurrency_limit_per_connection`).
+    pub(crate) max_streams: Option<u32>,
 }
 
 /// A running face.
@@ -102,6 +108,10 @@ impl GrpcFace {
             shared,
             max_message_size: settings.max_message_size,
             max_connections: settings.max_connections,
+            call_limit: settings.call_limit,
+            max_streams: settings
+                .max_streams
+                .map_or(MAX_STREAMS, |n| n.clamp(1, MAX_STREAMS)),
         });
         let tls = settings.tls.map(tokio_rustls::TlsAcceptor::from);
         let secure = tls.is_some();
@@ -177,6 +187,8 @@ struct Face {
     shared: Arc<dyn Dispatch>,
     max_message_size: usize,
     max_connections: Option<usize>,
+    call_limit: Option<Duration>,
+    max_streams: u32,
 }
 
 /// Where a face's connections come from: its own port, and connections handed over.
@@ -244,10 +256,10 @@ async fn accept_loop(
         // gRPC has no use for it, and it would show up as metadata.
         .auto_date_header(false)
         // What one connection may make the face hold, whatever the client does: at most
-        // MAX_STREAMS calls, each with a 1 MiB HTTP/2 receive window (4 MiB for the whole
-        // connection) on top of the calls' own windows of unread messages, and headers of
-        // at most 64 KiB.
-        .max_concurrent_streams(MAX_STREAMS)
+        // MAX_STREAMS calls (fewer if the server limits them), each with a 1 MiB HTTP/2
+        // receive window (4 MiB for the whole connection) on top of the calls' own windows
+        // of unread messages, and headers of at most 64 KiB.
+        .max_concurrent_streams(face.max_streams)
         .initial_stream_window_size(1 << 20)
         .initial_connection_window_size(4 << 20)
         .max_send_buf_size(1 << 20)
@@ -361,10 +373,10 @@ async fn serve_call(
             return response;
         }
     }
-    let deadline = match request.headers().get("grpc-timeout") {
+    let asked = match request.headers().get("grpc-timeout") {
         None => None,
         Some(value) => match value.to_str().ok().and_then(parse_timeout) {
-            Some(timeout) => Instant::now().checked_add(timeout),
+            Some(timeout) => Some(timeout),
             None => {
                 return trailers_only(Status::internal(format!(
                     "malformed grpc-timeout {value:?}"
@@ -372,6 +384,12 @@ async fn serve_call(
             }
         },
     };
+    // The server's own limit caps what the client asked for (ServerBuilder::timeout).
+    let timeout = match (asked, face.call_limit) {
+        (Some(asked), Some(limit)) => Some(asked.min(limit)),
+        (asked, limit) => asked.or(limit),
+    };
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     let metadata = metadata_from_headers(request.headers());
     let call = GrpcCall::new(face.max_message_size);
     let body = request.into_body();

@@ -15,7 +15,7 @@ use rpc_sync::{Count, Flag};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::conn::Work;
+use super::conn::{ConnTimeouts, Work};
 use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::server::{FaceSettings, GrpcFace};
 use super::pool::{ThreadContext, WorkerPool};
@@ -44,6 +44,8 @@ pub struct ServerBuilder {
     max_connections: Option<usize>,
     memory_budget: Option<usize>,
     stall_timeout: Option<Duration>,
+    call_time_limit: Option<Duration>,
+    concurrency_limit: Option<u32>,
     idle_spin: Duration,
     keepalive: Option<Keepalive>,
     services: Vec<(Arc<dyn Service>, Execution)>,
@@ -72,6 +74,8 @@ impl Default for ServerBuilder {
             max_connections: None,
             memory_budget: None,
             stall_timeout: Some(super::DEFAULT_STALL_TIMEOUT),
+            call_time_limit: None,
+            concurrency_limit: None,
             idle_spin: super::micros_from_env("RPC_IDLE_SPIN_US", 1000),
             keepalive: Some(Keepalive::default()),
             services: Vec::new(),
@@ -260,6 +264,35 @@ impl ServerBuilder {
         self
     }
 
+    /// tonic's `timeout`: every call ends with DEADLINE_EXCEEDED once it has run this long
+    /// (from its arrival), or at its own deadline if the client set a sooner one; on every
+    /// transport and the gRPC faces. By default a call runs until its client's deadline, if
+    /// any.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.call_time_limit = Some(limit);
+        self
+    }
+
+    /// tonic's `concurrency_limit_per_connection`: at most `limit` calls of one connection
+    /// are open at once; its client holds the others back, in order, until calls end (this
+    /// framework's protocol: the server's `max_calls`, PROTOCOL.md §6.4, over the ring's;
+    /// the gRPC faces: HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS, at most 256, which a client
+    /// learns from the server's SETTINGS: calls it sends before those arrive may be refused,
+    /// as by any HTTP/2 server).
+    pub fn concurrency_limit_per_connection(mut self, limit: usize) -> Self {
+        self.concurrency_limit = Some(u32::try_from(limit).unwrap_or(u32::MAX).max(1));
+        self
+    }
+
+    /// tonic's `add_optional_service`: [`ServerBuilder::add_service`] if `service` is
+    /// `Some`, the builder as it is if `None`.
+    pub fn add_optional_service(self, service: Option<impl Service>) -> Self {
+        match service {
+            Some(service) => self.add_service(service),
+            None => self,
+        }
+    }
+
     /// Whether a server that serves over RDMA verbs also serves its clients over TCP on the
     /// same IP and port (default: yes): this framework's protocol for clients without RDMA,
     /// and standard gRPC (HTTP/2, with TLS if [`ServerBuilder::grpc_tls`]) for stock clients,
@@ -375,6 +408,9 @@ impl ServerBuilder {
     /// [`ServerBuilder::thread_context`], the server's threads enter that runtime, so
     /// handlers may use its timers and sockets as they would in tonic.
     pub fn start(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
+        if let Some(limit) = self.concurrency_limit {
+            self.ring.max_calls = limit;
+        }
         self.ring.validate()?;
         if self.thread_context.is_none() {
             self.thread_context = surrounding_tokio_runtime();
@@ -402,12 +438,15 @@ impl ServerBuilder {
         };
         // Standard gRPC on this server's own TCP port too: the TCP transport hands HTTP/2
         // connections (and, with TLS, TLS handshakes) over.
-        let port_face = port_face::PortFace::new(
-            self.grpc_runtime.clone(),
-            self.ring.max_message_size as usize,
-            self.max_connections,
-            grpc_tls.clone(),
-        );
+        let face_settings = FaceSettings {
+            runtime: self.grpc_runtime.clone(),
+            max_message_size: self.ring.max_message_size as usize,
+            tls: grpc_tls,
+            max_connections: self.max_connections,
+            call_limit: self.call_time_limit,
+            max_streams: self.concurrency_limit,
+        };
+        let port_face = port_face::PortFace::new(face_settings.clone());
         let handoff: crate::transport::Http2Handoff = {
             let port_face = Arc::clone(&port_face);
             Arc::new(move |stream| port_face.hand_off(stream))
@@ -464,12 +503,7 @@ impl ServerBuilder {
             Some(addr) => Some(GrpcFace::start(
                 Arc::clone(&shared) as Arc<dyn Dispatch>,
                 Some(addr),
-                FaceSettings {
-                    runtime: self.grpc_runtime.clone(),
-                    max_message_size: self.ring.max_message_size as usize,
-                    tls: grpc_tls,
-                    max_connections: self.max_connections,
-                },
+                face_settings,
             )?),
             None => None,
         };
@@ -492,7 +526,10 @@ impl ServerBuilder {
                     name,
                     context: self.thread_context.clone(),
                     memory: memory.clone(),
-                    stall_timeout: self.stall_timeout,
+                    timeouts: ConnTimeouts {
+                        stall: self.stall_timeout,
+                        call_limit: self.call_time_limit,
+                    },
                     offer_extensions: false,
                 },
             )?;

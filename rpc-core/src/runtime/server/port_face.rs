@@ -18,11 +18,9 @@ pub(super) struct PortFace {
     /// The server's dispatch, set once the server is built (connections handed over before
     /// that are closed).
     dispatch: OnceLock<Arc<dyn Dispatch>>,
-    runtime: Option<tokio::runtime::Handle>,
-    max_message_size: usize,
-    max_connections: Option<usize>,
-    /// TLS for the clients that begin with a TLS handshake (`ServerBuilder::grpc_tls`).
-    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// The face's settings (TLS for the clients that begin with a TLS handshake:
+    /// `ServerBuilder::grpc_tls`).
+    settings: FaceSettings,
     face: Mutex<Option<GrpcFace>>,
     /// Raised when the server shuts down: a connection handed over later is closed, and no
     /// face starts again.
@@ -30,18 +28,10 @@ pub(super) struct PortFace {
 }
 
 impl PortFace {
-    pub(super) fn new(
-        runtime: Option<tokio::runtime::Handle>,
-        max_message_size: usize,
-        max_connections: Option<usize>,
-        tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    ) -> Arc<PortFace> {
+    pub(super) fn new(settings: FaceSettings) -> Arc<PortFace> {
         Arc::new(PortFace {
             dispatch: OnceLock::new(),
-            runtime,
-            max_message_size,
-            max_connections,
-            tls,
+            settings,
             face: Mutex::new(None),
             closed: Flag::new(false),
         })
@@ -65,13 +55,7 @@ impl PortFace {
             return;
         }
         if face.is_none() {
-            let settings = FaceSettings {
-                runtime: self.runtime.clone(),
-                max_message_size: self.max_message_size,
-                tls: self.tls.clone(),
-                max_connections: self.max_connections,
-            };
-            match GrpcFace::start(Arc::clone(dispatch), None, settings) {
+            match GrpcFace::start(Arc::clone(dispatch), None, self.settings.clone()) {
                 Ok(started) => *face = Some(started),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot serve gRPC on the server's port");
