@@ -98,7 +98,7 @@ pub use lockdep::{assert_unlocked, held_locks};
 pub use locks::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use oneshot::{Completed, Oneshot};
 pub use park::{park, park_timeout};
-pub use poll_duty::PollDuty;
+pub use poll_duty::{CallBack, PollDuty};
 pub use serializer::Serializer;
 pub use slot_pool::SlotPool;
 pub use task::{Runnable, Schedule, Task};

@@ -14,7 +14,7 @@ const STANDING_BACK: u64 = 1 << 1;
 /// Some caller started driving since the poller thread last looked.
 const DROVE: u64 = 1 << 2;
 /// Width of each count.
-const FIELD_BITS: u32 = 20;
+const FIELD_BITS: u32 = 15;
 const FIELD_MAX: u64 = (1 << FIELD_BITS) - 1;
 /// Calls started and not over for their callers.
 const CALLS: u32 = 3;
@@ -22,7 +22,24 @@ const CALLS: u32 = 3;
 const STREAMS: u32 = CALLS + FIELD_BITS;
 /// Unary calls whose outcome somebody waits for without driving.
 const WAITERS: u32 = STREAMS + FIELD_BITS;
-const _: () = assert!(WAITERS + FIELD_BITS <= 64);
+/// Calls with a deadline (the poller thread's ticks end them on time).
+const DEADLINES: u32 = WAITERS + FIELD_BITS;
+/// The poller thread sleeps on the queue for long, as no call has a deadline: a call with
+/// one that starts calls it back.
+const IDLE: u64 = 1 << (DEADLINES + FIELD_BITS);
+const _: () = assert!(DEADLINES + FIELD_BITS < 64);
+
+/// Whom a caller must wake for the call it started ([`PollDuty::call_started`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallBack {
+    /// Nobody.
+    Nobody,
+    /// The poller thread, which stands back (parked).
+    Parked,
+    /// The poller thread, which sleeps on the completion queue ([`PollDuty::idle_wait`]):
+    /// ring the queue.
+    Sleeping,
+}
 
 fn field(s: u64, at: u32) -> u64 {
     (s >> at) & FIELD_MAX
@@ -46,12 +63,17 @@ fn field(s: u64, at: u32) -> u64 {
 ///   thread back (`true`: the caller wakes it).
 /// - A standing-back poller thread that saw nobody drive during a tick stops standing back
 ///   ([`PollDuty::tick`]).
+/// - A poller thread with no call with a deadline outstanding sleeps on the queue for long
+///   ([`PollDuty::idle_wait`]; completions wake it); a call with a deadline that starts
+///   meanwhile calls it back, so that its deadline is looked at every tick.
 ///
 /// Guarantee: the poller thread never stands back while somebody waits without driving or a
 /// stream is open, once their call is counted: whoever makes the two meet (a waiter or
 /// stream arriving, a driver standing the poller back) sees the other in the same word and
 /// calls the poller back (the loom model `poll_duty_never_strands_a_waiter`). Two callers
-/// never drive at once.
+/// never drive at once. A poller thread never sleeps long while a call with a deadline is
+/// counted: it sees the call, or the call sees it asleep and rings (the loom model
+/// `poll_duty_wakes_an_idle_poller_for_a_deadline`).
 #[derive(Debug)]
 pub struct PollDuty {
     word: AtomicU64,
@@ -99,24 +121,71 @@ impl PollDuty {
         }
     }
 
-    /// A call starts. `true`: a stream opened while the poller thread stood back, which must
-    /// be woken (a stream's reader and sender wait without being counted as waiters).
-    #[inline]
-    pub fn call_started(&self, stream: bool) -> bool {
-        let add = (1 << CALLS) | if stream { 1 << STREAMS } else { 0 };
-        let prev = self.word.fetch_add(add, Ordering::AcqRel);
-        assert!(
-            field(prev, CALLS) < FIELD_MAX && field(prev, STREAMS) < FIELD_MAX,
-            "more than {FIELD_MAX} calls outstanding on one endpoint"
-        );
-        stream && prev & STANDING_BACK != 0 && self.call_back()
+    /// The counts a call adds: a stream's, one with a deadline.
+    fn call_counts(stream: bool, deadline: bool) -> u64 {
+        (1 << CALLS)
+            | if stream { 1 << STREAMS } else { 0 }
+            | if deadline { 1 << DEADLINES } else { 0 }
     }
 
-    /// A call is over for its caller.
+    /// A call starts, a stream or not, with a deadline or not. Whom to wake: the poller
+    /// thread if it stood back when a stream opened (a stream's reader and sender wait
+    /// without being counted as waiters), or if it sleeps long when a call with a deadline
+    /// starts.
     #[inline]
-    pub fn call_finished(&self, stream: bool) {
-        let sub = (1 << CALLS) | if stream { 1 << STREAMS } else { 0 };
-        self.word.fetch_sub(sub, Ordering::AcqRel);
+    pub fn call_started(&self, stream: bool, deadline: bool) -> CallBack {
+        let add = Self::call_counts(stream, deadline);
+        let prev = self.word.fetch_add(add, Ordering::AcqRel);
+        assert!(
+            field(prev, CALLS) < FIELD_MAX
+                && field(prev, STREAMS) < FIELD_MAX
+                && field(prev, DEADLINES) < FIELD_MAX,
+            "more than {FIELD_MAX} calls outstanding on one endpoint"
+        );
+        if stream && prev & STANDING_BACK != 0 && self.call_back() {
+            CallBack::Parked
+        } else if deadline
+            && prev & IDLE != 0
+            && self.word.fetch_and(!IDLE, Ordering::AcqRel) & IDLE != 0
+        {
+            CallBack::Sleeping
+        } else {
+            CallBack::Nobody
+        }
+    }
+
+    /// A call is over for its caller (`stream` and `deadline` as it started).
+    #[inline]
+    pub fn call_finished(&self, stream: bool, deadline: bool) {
+        self.word
+            .fetch_sub(Self::call_counts(stream, deadline), Ordering::AcqRel);
+    }
+
+    /// The poller thread is about to sleep on the queue: `true` (it may sleep long) if no
+    /// call with a deadline is outstanding, and then a call with one that starts rings the
+    /// queue ([`CallBack::Sleeping`]); it calls [`PollDuty::end_idle_wait`] when it wakes.
+    /// `false`: it sleeps a tick.
+    #[inline]
+    pub fn idle_wait(&self) -> bool {
+        self.update(|s| {
+            if field(s, DEADLINES) == 0 {
+                (s | IDLE, true)
+            } else {
+                (s, false)
+            }
+        })
+    }
+
+    /// The poller thread woke from an [`PollDuty::idle_wait`].
+    #[inline]
+    pub fn end_idle_wait(&self) {
+        self.word.fetch_and(!IDLE, Ordering::AcqRel);
+    }
+
+    /// Calls with a deadline outstanding (a snapshot).
+    #[inline]
+    pub fn deadline_calls(&self) -> usize {
+        field(self.word.load(Ordering::Acquire), DEADLINES) as usize
     }
 
     /// Calls started and not over for their callers (a snapshot).

@@ -230,8 +230,8 @@ fn poll_duty_never_strands_a_waiter() {
     use rpc_sync::PollDuty;
     loom::model(|| {
         let duty = Arc::new(PollDuty::new(true));
-        duty.call_started(false);
-        duty.call_started(false);
+        duty.call_started(false, false);
+        duty.call_started(false, false);
         let woken = Arc::new(AtomicUsize::new(0));
         let (d, w) = (Arc::clone(&duty), Arc::clone(&woken));
         let waiter = thread::spawn(move || {
@@ -251,8 +251,8 @@ fn poll_duty_never_strands_a_waiter() {
             "the poller stands back while a caller waits without driving"
         );
         duty.end_waiting();
-        duty.call_finished(false);
-        duty.call_finished(false);
+        duty.call_finished(false, false);
+        duty.call_finished(false, false);
         assert_eq!(duty.calls_outstanding(), 0);
     });
 }
@@ -264,9 +264,9 @@ fn poll_duty_calls_the_poller_back_for_a_stream() {
     use rpc_sync::PollDuty;
     loom::model(|| {
         let duty = Arc::new(PollDuty::new(true));
-        duty.call_started(true);
+        duty.call_started(true, false);
         let d = Arc::clone(&duty);
-        let opener = thread::spawn(move || d.call_started(true));
+        let opener = thread::spawn(move || d.call_started(true, false));
         if duty.start_driving() {
             duty.stop_driving_stream(true);
         }
@@ -276,6 +276,35 @@ fn poll_duty_calls_the_poller_back_for_a_stream() {
             "the poller stands back while two streams are open"
         );
         assert!(!duty.is_driving());
+    });
+}
+
+/// A call with a deadline starts while the poller thread decides how long to sleep: it never
+/// sleeps long (unrung) with the call counted. Either its look sees the call (it sleeps a
+/// tick), or the call sees it asleep and rings the queue.
+#[test]
+fn poll_duty_wakes_an_idle_poller_for_a_deadline() {
+    use rpc_sync::{CallBack, PollDuty};
+    loom::model(|| {
+        let duty = Arc::new(PollDuty::new(false));
+        let d = Arc::clone(&duty);
+        let caller = thread::spawn(move || d.call_started(false, true));
+        let slept_long = duty.idle_wait();
+        let rang = caller.join().unwrap() == CallBack::Sleeping;
+        assert!(
+            !slept_long || rang,
+            "the poller sleeps long, unrung, while a call with a deadline is outstanding"
+        );
+        assert!(
+            !(rang && !slept_long),
+            "a ring for a poller that did not sleep long"
+        );
+        if slept_long {
+            duty.end_idle_wait();
+        }
+        duty.call_finished(false, true);
+        assert_eq!(duty.deadline_calls(), 0);
+        assert!(duty.idle_wait(), "idle again with no deadline outstanding");
     });
 }
 

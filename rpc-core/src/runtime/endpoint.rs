@@ -23,6 +23,7 @@ use crate::protocol::Keepalive;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
+mod calls;
 mod ticks;
 
 const MAX_SLEEP: Duration = Duration::from_millis(200);
@@ -480,40 +481,6 @@ impl Endpoint {
         }
     }
 
-    /// A client call starts (see [`Endpoint::stop_driving`]). A unary call's caller drives
-    /// or counts itself among the waiters when it waits; a stream's may not, so the poller
-    /// thread comes back.
-    pub(crate) fn call_started(&self, stream: bool) {
-        if self.duty.call_started(stream) {
-            self.wake_the_poller();
-        }
-    }
-
-    /// A client call is over for its caller.
-    pub(crate) fn call_finished(&self, stream: bool) {
-        self.duty.call_finished(stream);
-    }
-
-    /// Somebody waits for a unary call's outcome without driving (a parked caller, a
-    /// pending future) until the guard is dropped: the poller thread must not stand back.
-    pub(crate) fn waiting(&self) -> Waiting<'_> {
-        self.begin_waiting();
-        Waiting(self)
-    }
-
-    /// [`Endpoint::waiting`] for a waiter that outlives a borrow (a pending future); it
-    /// must call [`Endpoint::end_waiting`] once.
-    pub(crate) fn begin_waiting(&self) {
-        if self.duty.begin_waiting() {
-            self.wake_the_poller();
-        }
-    }
-
-    /// A waiter counted by [`Endpoint::begin_waiting`] stops waiting.
-    pub(crate) fn end_waiting(&self) {
-        self.duty.end_waiting();
-    }
-
     /// The poller thread, entered under a name per role: `make bench` counts the server's
     /// receive stage as what runs under [`Endpoint::run_server_poller`] (BENCHMARKS.md).
     fn run_poller(self: Arc<Self>) {
@@ -602,14 +569,20 @@ impl Endpoint {
                 std::hint::spin_loop();
                 continue;
             }
-            // Clients wake every tick for deadlines; servers when something arrives, or
-            // every SERVER_DEADLINE_TICK while a call's deadline is watched.
-            let sleep = match role {
-                Role::Client => DEADLINE_TICK,
-                Role::Server if self.counters.deadlines_watched() => SERVER_DEADLINE_TICK,
-                Role::Server => conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP)),
+            // Clients wake every tick while a call has a deadline; servers when something
+            // arrives, or every SERVER_DEADLINE_TICK while a call's deadline is watched;
+            // otherwise for the connections' ticks (a call with a deadline rings a client's).
+            let long = conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP));
+            let (sleep, idle) = match role {
+                Role::Client if self.duty.idle_wait() => (long, true),
+                Role::Client => (DEADLINE_TICK, false),
+                Role::Server if self.counters.deadlines_watched() => (SERVER_DEADLINE_TICK, false),
+                Role::Server => (long, false),
             };
             self.cq.wait(Some(sleep));
+            if idle {
+                self.duty.end_idle_wait();
+            }
         }
     }
 
@@ -724,15 +697,6 @@ thread_local! {
             tasks: RefCell::new(VecDeque::new()),
         }
     };
-}
-
-/// One waiter counted in [`Endpoint::waiting`], until dropped.
-pub(crate) struct Waiting<'a>(&'a Endpoint);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.end_waiting();
-    }
 }
 
 /// Takes `task` to run on this thread if it is polling a server's completions; gives it back

@@ -51,7 +51,7 @@ pub struct Streaming<T> {
     pump: Option<Pump>,
     /// Client: the endpoint that counts this call as outstanding until the stream is
     /// dropped.
-    endpoint: Option<Arc<Endpoint>>,
+    endpoint: Option<(Arc<Endpoint>, bool)>,
     /// Client: how long a blocking read polls the endpoint's completions itself before it
     /// parks ([`crate::ClientBuilder::spin`]).
     spin: Duration,
@@ -98,8 +98,10 @@ impl<T> Streaming<T> {
         }
     }
 
-    pub(crate) fn set_endpoint(&mut self, endpoint: Arc<Endpoint>, spin: Duration) {
-        self.endpoint = Some(endpoint);
+    /// The client endpoint the stream's call was counted in, with a `deadline` or not
+    /// ([`Endpoint::call_started`]).
+    pub(crate) fn set_endpoint(&mut self, endpoint: Arc<Endpoint>, spin: Duration, deadline: bool) {
+        self.endpoint = Some((endpoint, deadline));
         self.spin = spin;
     }
 
@@ -146,7 +148,7 @@ impl<T> Streaming<T> {
             // in between, as an executor would.
             return block_on(std::future::poll_fn(|cx| self.poll_item(cx)));
         }
-        if let Some(endpoint) = &self.endpoint {
+        if let Some((endpoint, _)) = &self.endpoint {
             let inbox = &self.shared.inbox;
             if inbox.is_empty() {
                 endpoint.drive_stream(self.spin, || !inbox.is_empty());
@@ -393,8 +395,8 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
 
 impl<T> Drop for Streaming<T> {
     fn drop(&mut self) {
-        if let Some(endpoint) = self.endpoint.take() {
-            endpoint.call_finished(true);
+        if let Some((endpoint, deadline)) = self.endpoint.take() {
+            endpoint.call_finished(true, deadline);
         }
         if self.done {
             return;

@@ -72,7 +72,7 @@ impl Client {
         let shared = StreamShared::new(0, conn.local_hello.call_window, false);
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
         let headers = request_headers(&conn, request.metadata(), message.is_none());
-        native.endpoint.call_started(true);
+        native.endpoint.call_started(true, deadline.is_some());
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),
             method: method.id,
@@ -88,7 +88,11 @@ impl Client {
             path: method.path,
         };
         let mut responses = Streaming::new(shared, Some(port), Reader::Client, method.path);
-        responses.set_endpoint(Arc::clone(&native.endpoint), self.inner.config.spin);
+        responses.set_endpoint(
+            Arc::clone(&native.endpoint),
+            self.inner.config.spin,
+            deadline.is_some(),
+        );
         Ok((sender, responses))
     }
 

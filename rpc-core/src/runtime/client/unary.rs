@@ -34,6 +34,8 @@ pub(super) struct Started {
     /// A future of this call, pending, may leave its reply in the receive slot
     /// ([`Conn::hold_reply_slot`]).
     pub(super) holds_reply_slot: bool,
+    /// The core watches the call's deadline (a future's): counted as such by the endpoint.
+    pub(super) ticked_deadline: bool,
 }
 
 impl Drop for Started {
@@ -48,7 +50,7 @@ impl Drop for Started {
             drop(self.cell.outcome.try_take());
             self.conn.release_reply_slot();
         }
-        self.endpoint.call_finished(false);
+        self.endpoint.call_finished(false, self.ticked_deadline);
         // A finished call's cell goes back to the pool at once, even while the thread that
         // completed it may still be letting go of its reference: `take_cell` reuses a cell
         // only once nobody else holds it. An unfinished call's cell (a deadline passed, a
@@ -320,7 +322,9 @@ impl Client {
             true => (None, conn.encode(Kind::Message, UNARY, request.get_ref())),
             false => with_metadata(&conn, request),
         };
-        native.endpoint.call_started(false);
+        // The poller thread's ticks end a future's call at its deadline (below).
+        let ticked_deadline = deadline.is_some() && !blocking;
+        native.endpoint.call_started(false, ticked_deadline);
         conn.submit(Work::Open(OpenCall {
             caller: Caller::Unary(Arc::clone(&cell)),
             method: method.id,
@@ -341,6 +345,7 @@ impl Client {
             counted_waiting: false,
             driven: false,
             holds_reply_slot: false,
+            ticked_deadline,
         })
     }
 

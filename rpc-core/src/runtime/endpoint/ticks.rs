@@ -59,9 +59,15 @@ impl Endpoint {
             *next_deadline_tick = now + DEADLINE_TICK;
         }
         let server = self.role == Role::Server;
-        // A server looks at deadlines only while one of its connections watches one: without,
-        // its deadline ticks cost nothing (no walk over its connections, no pacing).
-        let deadlines = deadlines && (!server || self.counters.deadlines_watched());
+        // A server looks at deadlines only while one of its connections watches one, a
+        // client while a call with one the core watches is outstanding: without, the
+        // deadline ticks cost nothing (no walk over the connections, no pacing).
+        let deadlines = deadlines
+            && if server {
+                self.counters.deadlines_watched()
+            } else {
+                self.duty.deadline_calls() > 0
+            };
         let conn_due = next_conn_tick.is_some_and(|at| now >= at);
         if !deadlines && !conn_due {
             return;
