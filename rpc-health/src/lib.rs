@@ -151,7 +151,8 @@ pub mod server {
     /// gives a known service's status and NOT_FOUND for others; Watch sends the status now
     /// and each change until the client ends the call, and SERVICE_UNKNOWN for a service not
     /// known when the call starts or once it is forgotten (later statuses of a service set
-    /// again reach new Watch calls only).
+    /// again reach new Watch calls only). A Watch lasts until its client ends it, as
+    /// tonic-health's does: open ones hold a graceful shutdown up for its grace period.
     #[derive(Debug, Clone)]
     pub struct HealthService {
         reporter: HealthReporter,

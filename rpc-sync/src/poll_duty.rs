@@ -14,7 +14,7 @@ const STANDING_BACK: u64 = 1 << 1;
 /// Some caller started driving since the poller thread last looked.
 const DROVE: u64 = 1 << 2;
 /// Width of each count.
-const FIELD_BITS: u32 = 15;
+const FIELD_BITS: u32 = 20;
 const FIELD_MAX: u64 = (1 << FIELD_BITS) - 1;
 /// Calls started and not over for their callers.
 const CALLS: u32 = 3;
@@ -22,23 +22,20 @@ const CALLS: u32 = 3;
 const STREAMS: u32 = CALLS + FIELD_BITS;
 /// Unary calls whose outcome somebody waits for without driving.
 const WAITERS: u32 = STREAMS + FIELD_BITS;
-/// Calls with a deadline (the poller thread's ticks end them on time).
-const DEADLINES: u32 = WAITERS + FIELD_BITS;
-/// The poller thread sleeps on the queue for long, as no call has a deadline: a call with
-/// one that starts calls it back.
-const IDLE: u64 = 1 << (DEADLINES + FIELD_BITS);
-const _: () = assert!(DEADLINES + FIELD_BITS < 64);
+const _: () = assert!(WAITERS + FIELD_BITS <= 64);
+
+/// In the word of deadlines (beside their count): the poller thread sleeps on the queue for
+/// long, as no call has a deadline; a call with one that starts rings it.
+const IDLE: u64 = 1 << 63;
 
 /// Whom a caller must wake for the call it started ([`PollDuty::call_started`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallBack {
-    /// Nobody.
-    Nobody,
-    /// The poller thread, which stands back (parked).
-    Parked,
-    /// The poller thread, which sleeps on the completion queue ([`PollDuty::idle_wait`]):
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallBack {
+    /// The poller thread is parked (it stood back, or a caller drives) and must look again.
+    pub unpark: bool,
+    /// The poller thread sleeps long on the completion queue ([`PollDuty::idle_wait`]):
     /// ring the queue.
-    Sleeping,
+    pub ring: bool,
 }
 
 fn field(s: u64, at: u32) -> u64 {
@@ -77,6 +74,10 @@ fn field(s: u64, at: u32) -> u64 {
 #[derive(Debug)]
 pub struct PollDuty {
     word: AtomicU64,
+    /// Calls with a deadline the poller thread's ticks end (futures', streams'), and
+    /// [`IDLE`]: one word, so that the poller's decision to sleep long and a call's start
+    /// see each other.
+    deadlines: AtomicU64,
     /// Completions show up only when polled (verbs).
     needs_polling: bool,
 }
@@ -87,6 +88,7 @@ impl PollDuty {
     pub fn new(needs_polling: bool) -> PollDuty {
         PollDuty {
             word: AtomicU64::new(0),
+            deadlines: AtomicU64::new(0),
             needs_polling,
         }
     }
@@ -121,71 +123,69 @@ impl PollDuty {
         }
     }
 
-    /// The counts a call adds: a stream's, one with a deadline.
-    fn call_counts(stream: bool, deadline: bool) -> u64 {
-        (1 << CALLS)
-            | if stream { 1 << STREAMS } else { 0 }
-            | if deadline { 1 << DEADLINES } else { 0 }
+    /// The counts a call adds: a stream's or not.
+    fn call_counts(stream: bool) -> u64 {
+        (1 << CALLS) | if stream { 1 << STREAMS } else { 0 }
     }
 
-    /// A call starts, a stream or not, with a deadline or not. Whom to wake: the poller
-    /// thread if it stood back when a stream opened (a stream's reader and sender wait
-    /// without being counted as waiters), or if it sleeps long when a call with a deadline
-    /// starts.
+    /// A call starts, a stream or not, with a deadline the poller thread's ticks end or not.
+    /// Whom to wake: the poller thread if it stood back when a stream opened (a stream's
+    /// reader and sender wait without being counted as waiters); if a call with a deadline
+    /// starts while it sleeps long on the queue (ring), or while it is parked for a caller
+    /// that drives (it chose its nap for the calls it saw then).
     #[inline]
     pub fn call_started(&self, stream: bool, deadline: bool) -> CallBack {
-        let add = Self::call_counts(stream, deadline);
-        let prev = self.word.fetch_add(add, Ordering::AcqRel);
+        let prev = self
+            .word
+            .fetch_add(Self::call_counts(stream), Ordering::AcqRel);
         assert!(
-            field(prev, CALLS) < FIELD_MAX
-                && field(prev, STREAMS) < FIELD_MAX
-                && field(prev, DEADLINES) < FIELD_MAX,
+            field(prev, CALLS) < FIELD_MAX && field(prev, STREAMS) < FIELD_MAX,
             "more than {FIELD_MAX} calls outstanding on one endpoint"
         );
-        if stream && prev & STANDING_BACK != 0 && self.call_back() {
-            CallBack::Parked
-        } else if deadline
-            && prev & IDLE != 0
-            && self.word.fetch_and(!IDLE, Ordering::AcqRel) & IDLE != 0
-        {
-            CallBack::Sleeping
-        } else {
-            CallBack::Nobody
+        let mut back = CallBack {
+            unpark: stream && prev & STANDING_BACK != 0 && self.call_back(),
+            ring: false,
+        };
+        if deadline {
+            let before = self.deadlines.fetch_add(1, Ordering::AcqRel);
+            back.ring =
+                before & IDLE != 0 && self.deadlines.fetch_and(!IDLE, Ordering::AcqRel) & IDLE != 0;
+            back.unpark |= prev & DRIVING != 0;
         }
+        back
     }
 
     /// A call is over for its caller (`stream` and `deadline` as it started).
     #[inline]
     pub fn call_finished(&self, stream: bool, deadline: bool) {
         self.word
-            .fetch_sub(Self::call_counts(stream, deadline), Ordering::AcqRel);
+            .fetch_sub(Self::call_counts(stream), Ordering::AcqRel);
+        if deadline {
+            self.deadlines.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// The poller thread is about to sleep on the queue: `true` (it may sleep long) if no
     /// call with a deadline is outstanding, and then a call with one that starts rings the
-    /// queue ([`CallBack::Sleeping`]); it calls [`PollDuty::end_idle_wait`] when it wakes.
+    /// queue ([`CallBack::ring`]); it calls [`PollDuty::end_idle_wait`] when it wakes.
     /// `false`: it sleeps a tick.
     #[inline]
     pub fn idle_wait(&self) -> bool {
-        self.update(|s| {
-            if field(s, DEADLINES) == 0 {
-                (s | IDLE, true)
-            } else {
-                (s, false)
-            }
-        })
+        self.deadlines
+            .compare_exchange(0, IDLE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The poller thread woke from an [`PollDuty::idle_wait`].
     #[inline]
     pub fn end_idle_wait(&self) {
-        self.word.fetch_and(!IDLE, Ordering::AcqRel);
+        self.deadlines.fetch_and(!IDLE, Ordering::AcqRel);
     }
 
     /// Calls with a deadline outstanding (a snapshot).
     #[inline]
     pub fn deadline_calls(&self) -> usize {
-        field(self.word.load(Ordering::Acquire), DEADLINES) as usize
+        (self.deadlines.load(Ordering::Acquire) & !IDLE) as usize
     }
 
     /// Calls started and not over for their callers (a snapshot).
@@ -291,5 +291,41 @@ impl PollDuty {
                 (s & !STANDING_BACK, ())
             }
         });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{CallBack, PollDuty};
+
+    #[test]
+    fn a_stream_with_a_deadline_calls_back_a_poller_standing_back_and_sleeping() {
+        // The poller went to sleep long; then a caller drove and stood it back.
+        let duty = PollDuty::new(false);
+        assert!(duty.idle_wait());
+        duty.call_started(false, false);
+        assert!(duty.start_driving());
+        assert!(
+            !duty.stop_driving(true),
+            "the only call: the poller stands back"
+        );
+        duty.call_finished(false, false);
+        let both = CallBack {
+            unpark: true,
+            ring: true,
+        };
+        assert_eq!(duty.call_started(true, true), both);
+        assert_eq!(duty.deadline_calls(), 1);
+        assert!(!duty.idle_wait(), "a deadline is outstanding");
+    }
+
+    #[test]
+    fn a_call_with_a_deadline_calls_back_a_poller_parked_for_a_driver() {
+        let duty = PollDuty::new(false);
+        duty.call_started(false, false);
+        assert!(duty.start_driving());
+        let back = duty.call_started(false, true);
+        assert!(back.unpark && !back.ring, "{back:?}");
+        assert_eq!(duty.call_started(false, false), CallBack::default());
     }
 }

@@ -284,13 +284,13 @@ fn poll_duty_calls_the_poller_back_for_a_stream() {
 /// tick), or the call sees it asleep and rings the queue.
 #[test]
 fn poll_duty_wakes_an_idle_poller_for_a_deadline() {
-    use rpc_sync::{CallBack, PollDuty};
+    use rpc_sync::PollDuty;
     loom::model(|| {
         let duty = Arc::new(PollDuty::new(false));
         let d = Arc::clone(&duty);
         let caller = thread::spawn(move || d.call_started(false, true));
         let slept_long = duty.idle_wait();
-        let rang = caller.join().unwrap() == CallBack::Sleeping;
+        let rang = caller.join().unwrap().ring;
         assert!(
             !slept_long || rang,
             "the poller sleeps long, unrung, while a call with a deadline is outstanding"

@@ -574,7 +574,9 @@ impl Endpoint {
             // otherwise for the connections' ticks (a call with a deadline rings a client's).
             let long = conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP));
             let (sleep, idle) = match role {
-                Role::Client if self.duty.idle_wait() => (long, true),
+                // Not where callers sleep on the queue too (verbs, memory): one of them could
+                // take the ring meant for this thread.
+                Role::Client if !self.cq.needs_polling() && self.duty.idle_wait() => (long, true),
                 Role::Client => (DEADLINE_TICK, false),
                 Role::Server if self.counters.deadlines_watched() => (SERVER_DEADLINE_TICK, false),
                 Role::Server => (long, false),

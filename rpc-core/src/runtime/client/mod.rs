@@ -221,7 +221,9 @@ impl ClientBuilder {
     /// call that finds no connection (the server is not up yet, the target is wrong) fails
     /// with UNAVAILABLE, and the next call tries again. Once connected, the client reconnects
     /// as any does. An async call's connecting is done on a thread of its own, so the future
-    /// does not block its executor.
+    /// does not block its executor. First calls that race each connect, and all but the
+    /// first connection made are closed; a call's timeout runs from when it is sent, after
+    /// the connect.
     pub fn connect_lazy(self, addr: &str) -> Client {
         Client {
             inner: Arc::new(ClientInner {

@@ -3,20 +3,20 @@
 //!
 //! [`PollDuty`]: rpc_sync::PollDuty
 
-use rpc_sync::CallBack;
-
 use super::Endpoint;
 
 impl Endpoint {
     /// A client call starts (see [`Endpoint::stop_driving`]). A unary call's caller drives
     /// or counts itself among the waiters when it waits; a stream's may not, so the poller
-    /// thread comes back. A call with a `deadline` rings a poller thread that sleeps long, so
-    /// that the deadline is looked at every tick.
+    /// thread comes back. A call with a `deadline` (one the core watches) calls back a poller
+    /// thread that sleeps long, so that the deadline is looked at every tick.
     pub(crate) fn call_started(&self, stream: bool, deadline: bool) {
-        match self.duty.call_started(stream, deadline) {
-            CallBack::Nobody => {}
-            CallBack::Parked => self.wake_the_poller(),
-            CallBack::Sleeping => self.cq.wake(),
+        let back = self.duty.call_started(stream, deadline);
+        if back.unpark {
+            self.wake_the_poller();
+        }
+        if back.ring {
+            self.cq.wake();
         }
     }
 

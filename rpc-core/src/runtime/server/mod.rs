@@ -1,6 +1,7 @@
 //! [`Server`]: several services behind one address. Requests are routed by method id;
 //! handlers run inline on the poller or on the worker pool (per service or per method).
 
+mod accept;
 mod dispatch;
 mod handler;
 pub(crate) mod handlers;
@@ -26,7 +27,7 @@ use super::{Counters, Stats};
 use crate::interceptor::SharedInterceptor;
 use crate::protocol::v2::{MemoryBudget, Role};
 use crate::protocol::Keepalive;
-use crate::transport::{Acceptor, RingConfig, SharedRings};
+use crate::transport::{RingConfig, SharedRings};
 use crate::{Error, Interceptor, TransportKind};
 pub use dispatch::Execution;
 use dispatch::Route;
@@ -267,7 +268,9 @@ impl ServerBuilder {
     /// tonic's `timeout`: every call ends with DEADLINE_EXCEEDED once it has run this long
     /// (from its arrival), or at its own deadline if the client set a sooner one; on every
     /// transport and the gRPC faces. By default a call runs until its client's deadline, if
-    /// any.
+    /// any. Unlike tonic's, which waits only for the handler's `Response`, the limit covers a
+    /// response stream too: a stream meant to outlive it (a subscription, a health Watch)
+    /// ends with it.
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.call_time_limit = Some(limit);
         self
@@ -275,7 +278,8 @@ impl ServerBuilder {
 
     /// tonic's `concurrency_limit_per_connection`: at most `limit` calls of one connection
     /// are open at once; its client holds the others back, in order, until calls end (this
-    /// framework's protocol: the server's `max_calls`, PROTOCOL.md §6.4, over the ring's;
+    /// framework's protocol: the server's `max_calls`, PROTOCOL.md §6.4, which `limit` can
+    /// lower but not raise: the ring's, 128 by default, each reserving memory;
     /// the gRPC faces: HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS, at most 256, which a client
     /// learns from the server's SETTINGS: calls it sends before those arrive may be refused,
     /// as by any HTTP/2 server).
@@ -409,7 +413,8 @@ impl ServerBuilder {
     /// handlers may use its timers and sockets as they would in tonic.
     pub fn start(mut self, addr: &str, transport: TransportKind) -> Result<Server, Error> {
         if let Some(limit) = self.concurrency_limit {
-            self.ring.max_calls = limit;
+            // A limit, never a raise: each connection reserves memory for its `max_calls`.
+            self.ring.max_calls = self.ring.max_calls.min(limit);
         }
         self.ring.validate()?;
         if self.thread_context.is_none() {
@@ -512,7 +517,8 @@ impl ServerBuilder {
             self.memory_budget
                 .unwrap_or_else(super::default_memory_budget),
         );
-        let mut listening = Vec::new();
+        // Stopped and joined if the start fails from here on.
+        let mut starting = accept::Starting::default();
         for (transport, name) in [(Some(primary), "server"), (beside, "server-tcp")] {
             let Some(transport) = transport else { continue };
             let (endpoint, poller) = Endpoint::start(
@@ -533,20 +539,9 @@ impl ServerBuilder {
                     offer_extensions: false,
                 },
             )?;
-            listening.push((endpoint, poller, transport.acceptor));
+            starting.add(endpoint, poller, transport.acceptor);
         }
-        let endpoints: Arc<[Arc<Endpoint>]> =
-            listening.iter().map(|(e, ..)| Arc::clone(e)).collect();
-        let stop = Arc::new(Flag::new(false));
-        let mut threads = Vec::new();
-        for (endpoint, poller, acceptor) in listening {
-            let (all, stop) = (Arc::clone(&endpoints), Arc::clone(&stop));
-            let max_connections = self.max_connections;
-            let acceptor_thread = std::thread::Builder::new()
-                .name("rpc-acceptor".to_string())
-                .spawn(move || accept_loop(acceptor, (endpoint, all), stop, max_connections))?;
-            threads.push((acceptor_thread, poller));
-        }
+        let (endpoints, stop, threads) = starting.spawn_acceptors(self.max_connections)?;
         tracing::info!(addr = %local_addr, transport = transport_name, "serving");
         Ok(Server {
             endpoints,
@@ -559,43 +554,6 @@ impl ServerBuilder {
             port_face,
             stopping,
         })
-    }
-}
-
-/// Accepts `acceptor`'s connections onto `endpoint`; `all` the server's endpoints, whose
-/// connections together count against `max_connections`.
-fn accept_loop(
-    mut acceptor: Box<dyn Acceptor>,
-    (endpoint, all): (Arc<Endpoint>, Arc<[Arc<Endpoint>]>),
-    stop: Arc<Flag>,
-    max_connections: Option<usize>,
-) {
-    while !stop.is_raised() {
-        match acceptor.accept(Duration::from_millis(50)) {
-            Ok(Some(link)) => {
-                let served = || all.iter().map(|e| e.conns().len()).sum::<usize>();
-                if max_connections.is_some_and(|max| served() >= max) {
-                    tracing::warn!(peer = %link.peer_name(), "connection limit reached; closing the new connection");
-                    endpoint.refuse_link(&link);
-                    continue;
-                }
-                let Some(memory) = endpoint.admit(&link) else {
-                    let budget = endpoint.memory();
-                    tracing::warn!(
-                        peer = %link.peer_name(),
-                        used = budget.used(),
-                        limit = budget.limit(),
-                        "memory budget spent; closing the new connection"
-                    );
-                    endpoint.refuse_link(&link);
-                    continue;
-                };
-                tracing::debug!(peer = %link.peer_name(), "accepted");
-                endpoint.add_link(link, memory);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "a connection attempt failed"),
-        }
     }
 }
 
