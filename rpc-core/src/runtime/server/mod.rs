@@ -456,35 +456,49 @@ impl ServerBuilder {
             let port_face = Arc::clone(&port_face);
             Arc::new(move |stream| port_face.hand_off(stream))
         };
-        let primary = server_transport(
-            addr,
-            transport,
-            self.ring,
-            self.shared_rings,
-            (self.thread_context.clone(), Some(handoff.clone())),
-        )?;
-        let transport_name = primary.name;
-        let local_addr = primary.acceptor.local_addr();
-        // Over verbs, TCP on the same IP:port too (our protocol, and gRPC handed over).
-        let beside = if transport_name == "verbs" && self.tcp_beside_verbs {
+        // Over verbs, TCP on the same IP:port too (our protocol, and gRPC handed over). The
+        // RDMA CM picks a port asked for as 0 in a space of its own: if TCP has it already,
+        // the pair is tried again on another.
+        let any_port = addr.rsplit_once(':').is_some_and(|(_, port)| port == "0");
+        let mut tries = 0;
+        let (primary, beside) = loop {
+            let primary = server_transport(
+                addr,
+                transport,
+                self.ring,
+                self.shared_rings,
+                (self.thread_context.clone(), Some(handoff.clone())),
+            )?;
+            if primary.name != "verbs" || !self.tcp_beside_verbs {
+                break (primary, None);
+            }
+            let local_addr = primary.acceptor.local_addr();
             let tcp = server_transport(
                 &local_addr,
                 TransportKind::Tcp,
                 self.ring,
                 self.shared_rings,
-                (self.thread_context.clone(), Some(handoff)),
-            )
-            .map_err(|e| {
-                Error::InvalidConfig(format!(
-                    "serving over verbs on {local_addr}, TCP on the same port failed: {e} \
-                     (ServerBuilder::tcp_beside_verbs(false) serves verbs alone)"
-                ))
-            })?;
-            tracing::info!(addr = %local_addr, "serving TCP beside verbs on the same port");
-            Some(tcp)
-        } else {
-            None
+                (self.thread_context.clone(), Some(handoff.clone())),
+            );
+            match tcp {
+                Ok(tcp) => {
+                    tracing::info!(addr = %local_addr, "serving TCP beside verbs on the same port");
+                    break (primary, Some(tcp));
+                }
+                Err(e) if any_port && tries < 3 => {
+                    tries += 1;
+                    tracing::debug!(addr = %local_addr, error = %e, "TCP has the port the RDMA CM picked; trying another");
+                }
+                Err(e) => {
+                    return Err(Error::InvalidConfig(format!(
+                        "serving over verbs on {local_addr}, TCP on the same port failed: {e} \
+                         (ServerBuilder::tcp_beside_verbs(false) serves verbs alone)"
+                    )))
+                }
+            }
         };
+        let transport_name = primary.name;
+        let local_addr = primary.acceptor.local_addr();
         let counters = Arc::new(Counters::default());
         let paths = routes
             .values()
