@@ -488,6 +488,16 @@ fn window_cost(len: u32) -> i64 {
     i64::from(len) + i64::from(MESSAGE_OVERHEAD)
 }
 
+/// How long a served call may run: what its client asked for (`None`: no deadline), capped
+/// by the server's own limit ([`Connection::set_call_time_limit`]; the gRPC face applies the
+/// same rule to `grpc-timeout`).
+pub fn capped_call_time(asked: Option<Duration>, limit: Option<Duration>) -> Option<Duration> {
+    match (asked, limit) {
+        (Some(asked), Some(limit)) => Some(asked.min(limit)),
+        (asked, limit) => asked.or(limit),
+    }
+}
+
 impl<C, P> Connection<C, P>
 where
     P: std::ops::DerefMut<Target = [u8]>,
@@ -1474,11 +1484,7 @@ where
         let event = self.on_frame(frame)?;
         if let Some((call, timeout_us)) = self.opened_now.take() {
             let asked = (timeout_us != 0).then(|| Duration::from_micros(u64::from(timeout_us)));
-            let limit = match (asked, self.call_time_limit) {
-                (Some(asked), Some(limit)) => Some(asked.min(limit)),
-                (asked, limit) => asked.or(limit),
-            };
-            if let Some(limit) = limit {
+            if let Some(limit) = capped_call_time(asked, self.call_time_limit) {
                 self.set_deadline(call, now() + limit);
             }
         }

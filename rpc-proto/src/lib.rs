@@ -80,8 +80,8 @@ pub mod fuzz;
 
 pub use code::Code;
 pub use conn::{
-    status_block, whole_request_parts, Connection, Event, Expiry, HeldReply, Keepalive, Outgoing,
-    Payload, Role, SendError, CALL_RECORD, RECORD_CHUNK,
+    capped_call_time, status_block, whole_request_parts, Connection, Event, Expiry, HeldReply,
+    Keepalive, Outgoing, Payload, Role, SendError, CALL_RECORD, RECORD_CHUNK,
 };
 pub use credit_pool::{CreditPool, Grant};
 pub use error::Error;

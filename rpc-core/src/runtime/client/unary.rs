@@ -417,6 +417,15 @@ impl Client {
             Some(wire) => self.start_future(wire, method, &request),
             None => self.connect_then_start(method, request),
         };
+        self.future(method, state)
+    }
+
+    /// The future of a call of `method` in `state`.
+    fn future<Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        state: FutureState<Resp>,
+    ) -> ResponseFuture<Resp> {
         ResponseFuture {
             client: self.clone(),
             method,
@@ -432,12 +441,7 @@ impl Client {
         method: &'static MethodDescriptor,
         status: Status,
     ) -> ResponseFuture<Resp> {
-        ResponseFuture {
-            client: self.clone(),
-            method,
-            state: FutureState::Failed(Some(status)),
-            _response: PhantomData,
-        }
+        self.future(method, FutureState::Failed(Some(status)))
     }
 
     /// The state of a future whose call starts now on `wire`.

@@ -385,11 +385,8 @@ async fn serve_call(
         },
     };
     // The server's own limit caps what the client asked for (ServerBuilder::timeout).
-    let timeout = match (asked, face.call_limit) {
-        (Some(asked), Some(limit)) => Some(asked.min(limit)),
-        (asked, limit) => asked.or(limit),
-    };
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let deadline = crate::protocol::capped_call_time(asked, face.call_limit)
+        .and_then(|t| Instant::now().checked_add(t));
     let metadata = metadata_from_headers(request.headers());
     let call = GrpcCall::new(face.max_message_size);
     let body = request.into_body();
