@@ -59,6 +59,51 @@ pub fn name_byte_any_case(b: u8) -> bool {
     NAME_BYTES_ANY_CASE[usize::from(b)]
 }
 
+/// Each byte's class in a name an application gives: 0 for a byte a name holds as it is,
+/// [`UPPER`] for an upper-case letter, [`NOT_IN_NAMES`] for a byte no name may hold. The
+/// classes of a name's bytes or-ed together say what the name is.
+const NAME_CLASS: [u8; 256] = {
+    let mut table = [NOT_IN_NAMES; 256];
+    let mut b = 0;
+    while b < 256 {
+        if NAME_BYTES[b] {
+            table[b] = 0;
+        } else if (b as u8).is_ascii_uppercase() {
+            table[b] = UPPER;
+        }
+        b += 1;
+    }
+    table
+};
+const UPPER: u8 = 1;
+const NOT_IN_NAMES: u8 = 2;
+
+/// What a name an application gives is, found in one pass over its bytes ([`name_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameKind {
+    /// 1 to 255 bytes of `0-9 a-z - _ .`: a valid name as it is.
+    Lower,
+    /// A valid name once lower-cased: it has upper-case letters.
+    Mixed,
+    /// Empty, longer than 255 bytes, or holding a byte no name may hold.
+    Invalid,
+}
+
+/// What `name` is: valid as it is, valid once lower-cased, or invalid. One table look per
+/// byte, without an early exit (valid names are the rule, and the loop then unrolls).
+pub fn name_kind(name: &[u8]) -> NameKind {
+    let classes = name
+        .iter()
+        .fold(0, |classes, &b| classes | NAME_CLASS[usize::from(b)]);
+    if !(1..=255).contains(&name.len()) || classes & NOT_IN_NAMES != 0 {
+        NameKind::Invalid
+    } else if classes & UPPER != 0 {
+        NameKind::Mixed
+    } else {
+        NameKind::Lower
+    }
+}
+
 /// Whether `name` is a valid metadata name: 1 to 255 bytes of `0-9 a-z - _ .`.
 pub fn valid_name(name: &[u8]) -> bool {
     // Without an early exit: valid names are the rule, and the loop then unrolls.
@@ -166,25 +211,51 @@ pub fn has_reserved(block: &[u8]) -> bool {
 pub fn checked_raw_entries(block: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     let mut rest = block;
     std::iter::from_fn(move || {
-        let name_len = usize::from(u16::from_le_bytes(rest.get(..2)?.try_into().ok()?));
-        let name = rest.get(2..2 + name_len)?;
-        let at = 2 + name_len;
-        let value_len = u32::from_le_bytes(rest.get(at..at + 4)?.try_into().ok()?) as usize;
-        let value = rest.get(at + 4..)?.get(..value_len)?;
-        rest = &rest[at + 4 + value_len..];
+        let (name, value, after) = split_entry(rest)?;
+        rest = after;
         Some((name, value))
     })
 }
 
-/// Checks a whole block; returns its entry count.
+/// The first entry of `rest` as its name, its value and what follows it; `None` if the
+/// lengths overrun `rest`. Nothing else is checked.
+#[inline(always)]
+fn split_entry(rest: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let (name_len, rest) = rest.split_first_chunk::<2>()?;
+    let (name, rest) = rest.split_at_checked(usize::from(u16::from_le_bytes(*name_len)))?;
+    let (value_len, rest) = rest.split_first_chunk::<4>()?;
+    let (value, rest) = rest.split_at_checked(u32::from_le_bytes(*value_len) as usize)?;
+    Some((name, value, rest))
+}
+
+/// Checks a whole block; returns its entry count. One pass with no error built on the way:
+/// only a block that fails is read again, by [`Entries`], to say why.
 pub fn validate(block: &[u8]) -> Result<usize, Error> {
-    let mut entries = entries(block);
+    let mut rest = block;
     let mut n = 0;
-    while !entries.rest.is_empty() {
-        entries.take_raw()?;
-        n += 1;
+    while !rest.is_empty() {
+        match split_entry(rest) {
+            Some((name, value, after)) if valid_name(name) && valid_value(name, value) => {
+                rest = after;
+                n += 1;
+            }
+            _ => return Err(why_invalid(rest)),
+        }
     }
     Ok(n)
+}
+
+/// Why the first entry of `rest` is not valid.
+#[cold]
+#[inline(never)]
+fn why_invalid(rest: &[u8]) -> Error {
+    match entries(rest).take_raw() {
+        Err(err) => err,
+        Ok(_) => violation(
+            Violation::MalformedMetadata,
+            "an entry both failed and passed its checks".to_string(),
+        ),
+    }
 }
 
 /// Iterator over the `(name, value)` entries of a block; see [`entries`].
@@ -318,6 +389,51 @@ mod tests {
         assert!(!valid_name(b""));
         assert!(!valid_name(&[b'a'; 256]));
         assert!(valid_value(b"x-bin", &[0, 0xff]));
+    }
+
+    #[test]
+    fn name_kind_sorts_names_as_the_byte_tables_do() {
+        for b in 0..=255u8 {
+            let expected = if !name_byte_any_case(b) {
+                NameKind::Invalid
+            } else if b.is_ascii_uppercase() {
+                NameKind::Mixed
+            } else {
+                NameKind::Lower
+            };
+            // Alone, and at each place of a longer name (the loop unrolls by four).
+            assert_eq!(name_kind(&[b]), expected, "byte {b:#04x}");
+            for at in 0..9 {
+                let mut name = [b'a'; 9];
+                name[at] = b;
+                assert_eq!(name_kind(&name), expected, "byte {b:#04x} at {at}");
+            }
+        }
+        assert_eq!(name_kind(b"X-Request-Id"), NameKind::Mixed);
+        assert_eq!(name_kind(b"x-request-id"), NameKind::Lower);
+        assert_eq!(name_kind(b"x request"), NameKind::Invalid);
+        assert_eq!(name_kind(b""), NameKind::Invalid);
+        assert_eq!(name_kind(&[b'a'; 255]), NameKind::Lower);
+        assert_eq!(name_kind(&[b'a'; 256]), NameKind::Invalid);
+    }
+
+    #[test]
+    fn validate_says_what_the_checking_iterator_says() {
+        let mut good = Vec::new();
+        push_entry(&mut good, "x-user", b"alice");
+        let mut bad_value = good.clone();
+        push_entry(&mut bad_value, "k", b"ok");
+        let at = bad_value.len() - 1;
+        bad_value[at] = b'\n';
+        let mut bad_name = good.clone();
+        push_entry(&mut bad_name, "k", b"v");
+        bad_name[good.len() + 2] = b'K';
+        for block in [&bad_value[..], &bad_name[..], &good[..good.len() - 1]] {
+            let expected = entries(block).find_map(Result::err).expect("a bad entry");
+            let got = validate(block).expect_err("a bad block");
+            assert_eq!(got.to_string(), expected.to_string());
+        }
+        assert_eq!(validate(&good).unwrap(), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::protocol::v2::metadata as wire;
 use crate::Error;
+use wire::NameKind;
 
 mod sealed {
     pub trait Sealed {}
@@ -409,7 +410,7 @@ impl<VE: ValueEncoding> MetadataKey<VE> {
             panic!("MetadataKey::from_static: {err}");
         }
         assert!(
-            wire::valid_name(name.as_bytes()),
+            wire::name_kind(name.as_bytes()) == NameKind::Lower,
             "MetadataKey::from_static: {name:?} is not lower case"
         );
         MetadataKey {
@@ -506,17 +507,31 @@ impl sealed::Sealed for &String {}
 
 impl<VE: ValueEncoding> IntoMetadataKey<VE> for &'static str {
     fn into_metadata_key(self) -> MetadataKey<VE> {
-        if let Err(err) = check_key::<VE>(self.as_bytes()) {
-            panic!("invalid metadata name: {err}");
+        // One pass over the bytes; the reserved prefix and the kind's suffix are then looked
+        // at in the lower-cased name.
+        let name = match wire::name_kind(self.as_bytes()) {
+            NameKind::Lower => Cow::Borrowed(self),
+            NameKind::Mixed => Cow::Owned(self.to_ascii_lowercase()),
+            NameKind::Invalid => refuse_key::<VE>(self),
+        };
+        if name.starts_with("grpc-") || name.ends_with("-bin") != VE::BINARY {
+            refuse_key::<VE>(self);
         }
         MetadataKey {
-            name: if wire::valid_name(self.as_bytes()) {
-                Cow::Borrowed(self)
-            } else {
-                Cow::Owned(self.to_ascii_lowercase())
-            },
+            name,
             kind: PhantomData,
         }
+    }
+}
+
+/// Panics with why `name` is no key of kind `VE`, as tonic's `insert` does for a bad
+/// `&'static str`.
+#[cold]
+#[inline(never)]
+fn refuse_key<VE: ValueEncoding>(name: &str) -> ! {
+    match check_key::<VE>(name.as_bytes()) {
+        Err(err) => panic!("invalid metadata name: {err}"),
+        Ok(()) => panic!("invalid metadata name: `{name}`"),
     }
 }
 
