@@ -26,7 +26,8 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use crate::{Extensions, MetadataMap, Request, Status};
+use crate::request::Extras;
+use crate::{MetadataMap, Request, Status};
 
 /// Sees a call's request without its message (metadata, timeout, and on a server the
 /// deadline and peer) and may refuse the call or change what goes on: the metadata and
@@ -70,13 +71,12 @@ impl SharedInterceptor {
     pub(crate) fn apply_incoming(
         &self,
         metadata: MetadataMap,
-        extensions: Extensions,
         deadline: Option<Instant>,
         peer: &Arc<str>,
-    ) -> Result<(MetadataMap, Extensions), Status> {
+    ) -> Result<(MetadataMap, Extras), Status> {
         apply_incoming(
             |head| self.0.intercept(head),
-            (metadata, extensions),
+            (metadata, Extras::none()),
             deadline,
             peer,
         )
@@ -96,15 +96,12 @@ impl SharedInterceptor {
 /// ([`crate::InterceptedService`]) run through here.
 pub(crate) fn apply_incoming(
     intercept: impl FnOnce(Request<()>) -> Result<Request<()>, Status>,
-    (metadata, extensions): (MetadataMap, Extensions),
+    (metadata, extensions): (MetadataMap, Extras),
     deadline: Option<Instant>,
     peer: &Arc<str>,
-) -> Result<(MetadataMap, Extensions), Status> {
+) -> Result<(MetadataMap, Extras), Status> {
     rpc_sync::assert_unlocked("calling an interceptor");
     let head = Request::from_incoming((), metadata, deadline, Arc::clone(peer), extensions);
     let mut head = intercept(head)?;
-    Ok((
-        std::mem::take(head.metadata_mut()),
-        std::mem::take(head.extensions_mut()),
-    ))
+    Ok((std::mem::take(head.metadata_mut()), head.take_extras()))
 }

@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use super::handler::{run_handler, Calls, IncomingRequest, Job, ReplySink, Requests, Service};
 use crate::interceptor::SharedInterceptor;
+use crate::request::Extras;
 use crate::runtime::call::{RequestBody, RequestDelivery};
 use crate::runtime::pool::WorkerPool;
 use crate::runtime::port::Dispatch;
 use crate::runtime::port::Port;
 use crate::runtime::service::{MethodDescriptor, MethodKind};
-use crate::{Extensions, Status};
+use crate::Status;
 
 /// Where a method's handler runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,17 +98,15 @@ impl Shared {
         }
         let interceptor = self.interceptor.as_ref().filter(|_| route.intercepted);
         let (metadata, extensions) = match interceptor {
-            None => (metadata, Extensions::new()),
-            Some(interceptor) => {
-                match interceptor.apply_incoming(metadata, Extensions::new(), deadline, &peer) {
-                    Ok(parts) => parts,
-                    Err(status) => {
-                        drop(body);
-                        refuse(status);
-                        return;
-                    }
+            None => (metadata, Extras::none()),
+            Some(interceptor) => match interceptor.apply_incoming(metadata, deadline, &peer) {
+                Ok(parts) => parts,
+                Err(status) => {
+                    drop(body);
+                    refuse(status);
+                    return;
                 }
-            }
+            },
         };
         self.calls.in_flight.add(1);
         let body = match body {

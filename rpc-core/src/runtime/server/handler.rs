@@ -107,7 +107,7 @@ pub struct IncomingRequest {
     pub(super) metadata: MetadataMap,
     pub(super) peer: Arc<str>,
     /// What the server's interceptor put into the request's extensions.
-    pub(super) extensions: crate::Extensions,
+    pub(super) extensions: crate::request::Extras,
 }
 
 /// The messages of an [`IncomingRequest`].
