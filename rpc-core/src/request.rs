@@ -1,10 +1,10 @@
 //! [`Request`] and [`Response`]: a message plus the call's metadata, as handlers and callers
 //! see them (tonic's shapes).
 
-use std::mem::ManuallyDrop;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::protocol::v2::InlineDrop;
 use crate::MetadataMap;
 
 /// Values of any type a call's parts carry for the program itself, never sent (tonic's
@@ -16,14 +16,14 @@ pub use http::Extensions;
 /// A call part's [`Extensions`], boxed once there are any. Most calls carry none, and then
 /// dropping them is one comparison where the part dies: the type map's own drop is out of
 /// line and saves its registers before it looks whether it holds anything, at every
-/// request and response (about 70 instructions per call, BENCHMARKS.md).
+/// request and response (BENCHMARKS.md).
 #[derive(Default, Clone)]
-pub(crate) struct Extras(ManuallyDrop<Option<Box<Extensions>>>);
+pub(crate) struct Extras(InlineDrop<Box<Extensions>>);
 
 impl Extras {
     /// No extensions (nothing allocated).
     pub(crate) const fn none() -> Extras {
-        Extras(ManuallyDrop::new(None))
+        Extras(InlineDrop::new(None))
     }
 
     /// The extensions (an empty map if there are none).
@@ -45,22 +45,6 @@ impl std::fmt::Debug for Extras {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.get().fmt(f)
     }
-}
-
-impl Drop for Extras {
-    // Inlined: the look for none stays where the part dies. The field itself is never
-    // dropped (`ManuallyDrop`): it is `None` once this ran.
-    #[inline(always)]
-    fn drop(&mut self) {
-        if let Some(held) = self.0.take() {
-            drop_held(held);
-        }
-    }
-}
-
-#[inline(never)]
-fn drop_held(held: Box<Extensions>) {
-    drop(held);
 }
 
 /// A request message with its call metadata. Clients build one to set a per-call timeout or

@@ -26,13 +26,12 @@ use crate::frame::{
 };
 use crate::memory::{ConnectionMemory, Reservation};
 use crate::metadata;
+use crate::InlineDrop;
 use crate::Violation;
 use crate::{Code, Error, WireStatus};
 
-mod lazy_box;
 mod table;
 
-use lazy_box::LazyBox;
 use table::CallTable;
 mod timers;
 pub use timers::{Expiry, Keepalive};
@@ -296,7 +295,7 @@ struct Call<C, P> {
     /// frames are queued and none leaves until then (see [`Connection::queue_beyond_max_calls`]).
     waiting: bool,
     /// What most calls never hold (see [`Rare`]); allocated the first time one does.
-    rare: LazyBox<Rare<P>>,
+    rare: InlineDrop<Box<Rare<P>>>,
     /// The call's received metadata, reserved from the connection's memory while the call
     /// is open (its record is part of the connection's admission: [`CALL_RECORD`]).
     held: Reservation,
@@ -350,7 +349,7 @@ impl<C, P> Call<C, P> {
             one_request: false,
             one_response: false,
             waiting: false,
-            rare: LazyBox::none(),
+            rare: InlineDrop::new(None),
             held: Reservation::default(),
         }
     }

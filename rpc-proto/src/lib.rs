@@ -65,6 +65,7 @@ pub mod credit_pool;
 mod error;
 pub mod extension;
 pub mod frame;
+mod inline_drop;
 pub mod memory;
 pub mod metadata;
 #[cfg(test)]
@@ -86,6 +87,7 @@ pub use conn::{
 pub use credit_pool::{CreditPool, Grant};
 pub use error::Error;
 pub use frame::{flags, Header, Hello, Kind, HEADER_LEN, HELLO_LEN};
+pub use inline_drop::InlineDrop;
 pub use memory::{ConnectionMemory, MemoryBudget, Reservation};
 pub use status::WireStatus;
 pub use violation::Violation;

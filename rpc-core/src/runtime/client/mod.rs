@@ -531,7 +531,9 @@ impl Client {
         Ok(self.inner.wire.get().expect("set just now, or before"))
     }
 
-    /// The request as the interceptor (if any) leaves it.
+    /// The request as the interceptor (if any) leaves it. Inlined: without an interceptor
+    /// the request is not moved.
+    #[inline(always)]
     fn intercept<T>(&self, request: Request<T>) -> Result<Request<T>, Status> {
         match &self.inner.config.interceptor {
             None => Ok(request),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::streams::request_headers;
 use super::{CellPool, Client, Native, Wire};
+use crate::protocol::v2::InlineDrop;
 use crate::protocol::v2::{Kind, Outgoing, Payload as Body};
 use crate::runtime::call::{CallCell, Reply};
 use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
@@ -310,8 +311,10 @@ impl Client {
         blocking: bool,
     ) -> Result<Started, Status> {
         // Only when traced: a disabled span still costs its entering and exit per call.
-        let _span = tracing::enabled!(tracing::Level::TRACE)
-            .then(|| tracing::trace_span!("call", method = method.path).entered());
+        let _span = InlineDrop::new(
+            tracing::enabled!(tracing::Level::TRACE)
+                .then(|| tracing::trace_span!("call", method = method.path).entered()),
+        );
         self.inner.counters.call();
         let conn = native.conn()?;
         let (timeout_us, deadline) = self.timing(request);

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rpc_sync::{assert_unlocked, Count};
 
+use crate::protocol::v2::InlineDrop;
 use crate::runtime::call::{Measured, Payload};
 use crate::runtime::pool::{PoolJob, Spawner};
 use crate::runtime::port::Port;
@@ -80,9 +81,9 @@ pub(crate) fn run_handler(
 ) {
     let path = request.method.path;
     // Only when traced: a disabled span still costs its entering and exit per call.
-    let _span = tracing::enabled!(tracing::Level::TRACE).then(|| {
+    let _span = InlineDrop::new(tracing::enabled!(tracing::Level::TRACE).then(|| {
         tracing::trace_span!("handle", method = path, id = reply.id, peer = %request.peer).entered()
-    });
+    }));
     assert_unlocked("calling a handler");
     if let Err(panic) = catch_unwind(AssertUnwindSafe(|| service.call(index, request, reply))) {
         log_panic(path, &*panic);
