@@ -3,9 +3,11 @@
 //! rendezvous with whoever completes its call ([`CallCell`]), a server's request as its
 //! handler gets it ([`RequestDelivery`]), and the encoding of outgoing messages ([`Encode`]).
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::{Bytes, BytesMut};
 use rpc_sync::{assert_unlocked, Flag, Oneshot, Published, Wake};
 
 use super::stream::{Received, StreamShared};
@@ -82,11 +84,25 @@ impl<M: prost::Message> Encode for Measured<'_, M> {
 }
 
 /// Decodes a protobuf message from `bytes` as `M::decode(bytes)` does, with one allocation
-/// and one copy less for each `bytes` field: prost reads such a field through
-/// [`Buf::copy_to_bytes`](prost::bytes::Buf::copy_to_bytes), whose default builds a
-/// `BytesMut` chunk by chunk before a `Vec<u8>` field copies it again.
+/// less for each `bytes` field: prost reads such a field through
+/// [`Buf::copy_to_bytes`](prost::bytes::Buf::copy_to_bytes) before a `Vec<u8>` field copies
+/// it again, and that intermediate `Bytes` comes from the thread's scratch buffer
+/// ([`SCRATCH`]) rather than an allocation of its own.
 pub(crate) fn decode<M: prost::Message + Default>(bytes: &[u8]) -> Result<M, prost::DecodeError> {
     M::decode(SliceBuf(bytes))
+}
+
+/// The largest `bytes` field copied out through [`SCRATCH`]; larger ones get a `Bytes` of
+/// their own (their copy costs more than the allocation then).
+const SCRATCH_FIELD: usize = 4096;
+
+thread_local! {
+    /// Where this thread's decodes copy `bytes` fields out for prost, which copies them again
+    /// into the message's `Vec<u8>` and lets go of them at once: the next field reuses the
+    /// same memory, without an allocation. A field kept as `Bytes` (prost's `bytes` option)
+    /// holds on to the buffer it came from, at most [`SCRATCH_FIELD`] bytes, as a field
+    /// sliced from its input buffer does elsewhere; the thread then takes a new buffer.
+    static SCRATCH: Cell<Option<BytesMut>> = const { Cell::new(None) };
 }
 
 /// A borrowed slice as prost's input, copying a `bytes` field out in one step.
@@ -105,10 +121,24 @@ impl prost::bytes::Buf for SliceBuf<'_> {
         self.0 = &self.0[cnt..];
     }
 
-    fn copy_to_bytes(&mut self, len: usize) -> prost::bytes::Bytes {
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
         let (field, rest) = self.0.split_at(len);
         self.0 = rest;
-        prost::bytes::Bytes::copy_from_slice(field)
+        if len > SCRATCH_FIELD {
+            return Bytes::copy_from_slice(field);
+        }
+        // `try_with`: a decode in another thread-local's destructor goes without.
+        let Ok(mut scratch) = SCRATCH.try_with(Cell::take).map(Option::unwrap_or_default) else {
+            return Bytes::copy_from_slice(field);
+        };
+        // Reclaimed when no field copied out earlier is still held; else a new buffer.
+        if !scratch.try_reclaim(len) {
+            scratch = BytesMut::with_capacity(SCRATCH_FIELD);
+        }
+        scratch.extend_from_slice(field);
+        let copied = scratch.split().freeze();
+        let _ = SCRATCH.try_with(|spare| spare.set(Some(scratch)));
+        copied
     }
 }
 
@@ -262,4 +292,57 @@ pub(crate) fn out_of_memory(len: usize) -> Status {
     Status::resource_exhausted(format!(
         "a message of {len} bytes does not fit in the memory left for this connection"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, Bytes, SCRATCH_FIELD};
+    use prost::Message;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Fields {
+        #[prost(bytes = "vec", tag = "1")]
+        copied: Vec<u8>,
+        #[prost(bytes = "bytes", tag = "2")]
+        kept: Bytes,
+        #[prost(bytes = "vec", repeated, tag = "3")]
+        many: Vec<Vec<u8>>,
+    }
+
+    fn filled(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn bytes_fields_decode_alike_and_kept_ones_outlive_later_decodes() {
+        let sizes = [
+            0,
+            1,
+            64,
+            SCRATCH_FIELD - 1,
+            SCRATCH_FIELD,
+            SCRATCH_FIELD + 1,
+            3 * SCRATCH_FIELD,
+        ];
+        let mut kept = Vec::new();
+        for (round, &size) in sizes.iter().cycle().take(3 * sizes.len()).enumerate() {
+            let seed = round as u8;
+            let sent = Fields {
+                copied: filled(size, seed),
+                kept: Bytes::from(filled(size / 2 + 1, seed ^ 0x5a)),
+                many: (0..4)
+                    .map(|i| filled(size / (i + 1), seed + i as u8))
+                    .collect(),
+            };
+            let got: Fields = decode(&sent.encode_to_vec()).expect("decodes");
+            assert_eq!(got, sent, "size {size}");
+            // Kept across the decodes that follow, which reuse the thread's scratch buffer.
+            kept.push((got.kept, sent.kept));
+        }
+        for (got, sent) in kept {
+            assert_eq!(got, sent);
+        }
+    }
 }
