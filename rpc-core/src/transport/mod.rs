@@ -227,7 +227,17 @@ pub trait Acceptor: Send + 'static {
     fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error>;
     /// The bound local address (`ip:port`).
     fn local_addr(&self) -> String;
+    /// A handle that stops this acceptor from another thread: a waiting
+    /// [`Acceptor::accept`] returns `Ok(None)` at once, and so does every later one. With
+    /// one, an accept loop waits for connections without waking; `None` (the default) for
+    /// an acceptor that cannot be woken, whose loop waits in short slices instead.
+    fn stopper(&self) -> Option<AcceptStopper> {
+        None
+    }
 }
+
+/// Stops an [`Acceptor`] from another thread ([`Acceptor::stopper`]).
+pub type AcceptStopper = Box<dyn Fn() + Send + Sync>;
 
 /// Slot ring sizes and the limits announced to the peer in the HELLO
 /// (`docs/PROTOCOL.md` §4).

@@ -53,8 +53,8 @@ use rpc_sync::{assert_unlocked, Count, Flag, FlushTurn, Flusher};
 
 use super::heap::{ChannelCq, HeapLink, HeapLinkParts, HeapRecvRing, HeapShared};
 use super::{
-    Acceptor, Completion, CompletionQueue, Http2Handoff, Link, LinkId, RingConfig, SendBuf,
-    SharedRings, ThreadContext,
+    AcceptStopper, Acceptor, Completion, CompletionQueue, Http2Handoff, Link, LinkId, RingConfig,
+    SendBuf, SharedRings, ThreadContext,
 };
 use crate::protocol::v2::{Hello, HEADER_LEN, HELLO_LEN};
 use crate::Error;
@@ -1196,6 +1196,9 @@ impl TcpEndpoint {
 pub(crate) struct TcpAcceptor {
     local_addr: SocketAddr,
     links: Receiver<Result<Arc<dyn Link>, Error>>,
+    /// Wakes a waiting `accept` (the I/O thread holds the other sender).
+    wake: Sender<Result<Arc<dyn Link>, Error>>,
+    stopped: Arc<Flag>,
     _io: IoHandle,
 }
 
@@ -1220,7 +1223,7 @@ impl TcpAcceptor {
                 listener,
                 ring,
                 shared,
-                links: tx,
+                links: tx.clone(),
                 next_id: 1,
                 http2,
             }),
@@ -1229,6 +1232,8 @@ impl TcpAcceptor {
         Ok(TcpAcceptor {
             local_addr,
             links: rx,
+            wake: tx,
+            stopped: Arc::new(Flag::new(false)),
             _io: io,
         })
     }
@@ -1236,13 +1241,64 @@ impl TcpAcceptor {
 
 impl Acceptor for TcpAcceptor {
     fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error> {
+        if self.stopped.is_raised() {
+            return Ok(None);
+        }
         match self.links.recv_timeout(timeout) {
+            // Stopped (the stopper's wake-up, or a link that came with it: the server is
+            // going, and the link closes as it drops).
+            Ok(_) if self.stopped.is_raised() => Ok(None),
             Ok(link) => link.map(Some),
             Err(_) => Ok(None),
         }
     }
 
+    fn stopper(&self) -> Option<AcceptStopper> {
+        let (stopped, wake) = (Arc::clone(&self.stopped), self.wake.clone());
+        Some(Box::new(move || {
+            stopped.raise();
+            let _ = wake.send(Err(Error::ConnectionClosed("the acceptor stopped".into())));
+        }))
+    }
+
     fn local_addr(&self) -> String {
         self.local_addr.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Acceptor, ChannelCq, RingConfig, TcpAcceptor};
+
+    /// An accept loop waits for connections without waking; shutting the server down wakes
+    /// it through the acceptor's stopper.
+    #[test]
+    fn the_stopper_wakes_a_waiting_accept_and_every_later_one() {
+        let addr = "127.0.0.1:0".parse().expect("an address");
+        let mut acceptor = TcpAcceptor::bind(
+            addr,
+            (RingConfig::default(), None),
+            ChannelCq::new(),
+            (None, None),
+        )
+        .expect("bound");
+        let stop = acceptor.stopper().expect("a TCP acceptor can be stopped");
+        let (done, waited) = crossbeam::channel::bounded(1);
+        let waiter = std::thread::spawn(move || {
+            let first = acceptor.accept(Duration::from_secs(3600));
+            let later = acceptor.accept(Duration::from_secs(3600));
+            let _ = done.send((first.map(|l| l.is_none()), later.map(|l| l.is_none())));
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        stop();
+        // A watchdog, not a speed check: without the stopper this waits an hour.
+        let (first, later) = waited
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the stopper woke the waiting accept");
+        assert!(first.expect("no error"), "a stopped accept returns no link");
+        assert!(later.expect("no error"), "and so does every later one");
+        waiter.join().expect("the waiter ends");
     }
 }

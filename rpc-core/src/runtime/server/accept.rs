@@ -8,15 +8,39 @@ use std::time::Duration;
 use rpc_sync::Flag;
 
 use crate::runtime::endpoint::Endpoint;
-use crate::transport::Acceptor;
+use crate::transport::{AcceptStopper, Acceptor};
 use crate::Error;
+
+/// How long an accept loop waits in one call to its acceptor: one with a
+/// [stopper](Acceptor::stopper) is woken by it at shutdown, and the wait only backs that up
+/// (an idle acceptor wakes once a second); one without looks at the stop flag this often.
+const WAIT_WITH_STOPPER: Duration = Duration::from_secs(1);
+const WAIT_WITHOUT_STOPPER: Duration = Duration::from_millis(50);
 
 /// The threads of one transport: its acceptor, its poller.
 pub(super) type Threads = (JoinHandle<()>, JoinHandle<()>);
 
-/// A started server's transports: its endpoints, the flag that stops its accept loops, and
-/// each transport's threads.
-pub(super) type Listening = (Arc<[Arc<Endpoint>]>, Arc<Flag>, Vec<Threads>);
+/// A started server's transports: its endpoints, what stops its accept loops, and each
+/// transport's threads.
+pub(super) type Listening = (Arc<[Arc<Endpoint>]>, AcceptStop, Vec<Threads>);
+
+/// What stops a server's accept loops: the flag they look at, and each acceptor's stopper,
+/// which wakes a waiting accept (so that an idle acceptor does not wake to look at the flag).
+#[derive(Default)]
+pub(super) struct AcceptStop {
+    flag: Arc<Flag>,
+    stoppers: Vec<AcceptStopper>,
+}
+
+impl AcceptStop {
+    /// Stops the accept loops: each returns from its acceptor at once and ends.
+    pub(super) fn raise(&self) {
+        self.flag.raise();
+        for stopper in &self.stoppers {
+            stopper();
+        }
+    }
+}
 
 /// The transports of a server that is starting: their endpoints (with their poller threads)
 /// and acceptors. Dropped before [`Starting::spawn_acceptors`] returns them, it stops what
@@ -27,7 +51,7 @@ pub(super) struct Starting {
     pollers: Vec<JoinHandle<()>>,
     acceptors: Vec<Box<dyn Acceptor>>,
     accepting: Vec<JoinHandle<()>>,
-    stop: Arc<Flag>,
+    stop: AcceptStop,
 }
 
 impl Starting {
@@ -40,6 +64,7 @@ impl Starting {
     ) {
         self.endpoints.push(endpoint);
         self.pollers.push(poller);
+        self.stop.stoppers.extend(acceptor.stopper());
         self.acceptors.push(acceptor);
     }
 
@@ -56,7 +81,7 @@ impl Starting {
         let all: Arc<[Arc<Endpoint>]> = self.endpoints.iter().cloned().collect();
         let acceptors = std::mem::take(&mut self.acceptors);
         for (acceptor, endpoint) in acceptors.into_iter().zip(self.endpoints.clone()) {
-            let (all, stop) = (Arc::clone(&all), Arc::clone(&self.stop));
+            let (all, stop) = (Arc::clone(&all), Arc::clone(&self.stop.flag));
             let thread = std::thread::Builder::new()
                 .name("rpc-acceptor".to_string())
                 .spawn(move || accept_loop(acceptor, (endpoint, all), stop, max_connections))?;
@@ -67,7 +92,7 @@ impl Starting {
             .zip(std::mem::take(&mut self.pollers))
             .collect();
         self.endpoints.clear();
-        Ok((all, Arc::clone(&self.stop), threads))
+        Ok((all, std::mem::take(&mut self.stop), threads))
     }
 }
 
@@ -99,8 +124,12 @@ fn accept_loop(
     stop: Arc<Flag>,
     max_connections: Option<usize>,
 ) {
+    let wait = match acceptor.stopper() {
+        Some(_) => WAIT_WITH_STOPPER,
+        None => WAIT_WITHOUT_STOPPER,
+    };
     while !stop.is_raised() {
-        match acceptor.accept(Duration::from_millis(50)) {
+        match acceptor.accept(wait) {
             Ok(Some(link)) => {
                 let served = || all.iter().map(|e| e.conns().len()).sum::<usize>();
                 if max_connections.is_some_and(|max| served() >= max) {

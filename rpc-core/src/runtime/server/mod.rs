@@ -12,7 +12,7 @@ mod spare_tasks;
 use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
-use rpc_sync::{Count, Flag};
+use rpc_sync::Count;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -576,7 +576,7 @@ pub struct Server {
     /// Its transport's endpoint, then (over verbs) the one of TCP on the same port.
     endpoints: Arc<[Arc<Endpoint>]>,
     shared: Arc<Shared>,
-    stop: Arc<Flag>,
+    stop: accept::AcceptStop,
     /// Each endpoint's acceptor and poller threads; empty once shut down.
     threads: Vec<(JoinHandle<()>, JoinHandle<()>)>,
     local_addr: String,

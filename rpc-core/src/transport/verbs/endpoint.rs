@@ -33,7 +33,9 @@ use super::qp::{Qp, RETRY_COUNT, RNR_RETRY};
 use super::shared_pools::{Admission, SharedPools};
 use super::sys::{self, poll_readable, remaining, timeout_ms, EventFd};
 use crate::protocol::v2::{Hello, HELLO_LEN};
-use crate::transport::{Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedRings};
+use crate::transport::{
+    AcceptStopper, Acceptor, CompletionQueue, Link, LinkId, RingConfig, SharedRings,
+};
 use crate::Error;
 
 /// How long an accepted connection may take from CONNECT_REQUEST to ESTABLISHED.
@@ -634,6 +636,11 @@ impl Acceptor for VerbsAcceptor {
         Ok(self
             .accept_verbs(timeout)?
             .map(|link| -> Arc<dyn Link> { link }))
+    }
+
+    fn stopper(&self) -> Option<AcceptStopper> {
+        let stop = Arc::clone(&self.stop);
+        Some(Box::new(move || stop.stop()))
     }
 
     fn local_addr(&self) -> String {
