@@ -3,7 +3,7 @@
 //! rendezvous with whoever completes its call ([`CallCell`]), a server's request as its
 //! handler gets it ([`RequestDelivery`]), and the encoding of outgoing messages ([`Encode`]).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -87,9 +87,17 @@ impl<M: prost::Message> Encode for Measured<'_, M> {
 /// less for each `bytes` field: prost reads such a field through
 /// [`Buf::copy_to_bytes`](prost::bytes::Buf::copy_to_bytes) before a `Vec<u8>` field copies
 /// it again, and that intermediate `Bytes` comes from the thread's scratch buffer
-/// ([`SCRATCH`]) rather than an allocation of its own.
+/// ([`SCRATCH`]) rather than an allocation of its own. A message type that keeps such a
+/// field as `Bytes` goes to [`KEEPERS`] once it filled a scratch buffer with kept fields;
+/// its fields get a `Bytes` of their own from then on, so that a kept field holds only
+/// itself.
 pub(crate) fn decode<M: prost::Message + Default>(bytes: &[u8]) -> Result<M, prost::DecodeError> {
-    M::decode(SliceBuf(bytes))
+    let kind = std::any::type_name::<M>();
+    let scratch = !ANY_KEEPERS.get() || !KEEPERS.with_borrow(|keepers| keepers.contains(&kind));
+    M::decode(SliceBuf {
+        rest: bytes,
+        kind: scratch.then_some(kind),
+    })
 }
 
 /// The largest `bytes` field copied out through [`SCRATCH`]; larger ones get a `Bytes` of
@@ -99,45 +107,70 @@ const SCRATCH_FIELD: usize = 4096;
 thread_local! {
     /// Where this thread's decodes copy `bytes` fields out for prost, which copies them again
     /// into the message's `Vec<u8>` and lets go of them at once: the next field reuses the
-    /// same memory, without an allocation. A field kept as `Bytes` (prost's `bytes` option)
-    /// holds on to the buffer it came from, at most [`SCRATCH_FIELD`] bytes, as a field
-    /// sliced from its input buffer does elsewhere; the thread then takes a new buffer.
-    static SCRATCH: Cell<Option<BytesMut>> = const { Cell::new(None) };
+    /// same memory, without an allocation. With it, the message type that used it last.
+    /// A field kept as `Bytes` (prost's `bytes` option) holds on to the buffer it came from,
+    /// at most [`SCRATCH_FIELD`] bytes; once kept fields fill it, the thread takes a new
+    /// buffer and the type that used it last goes to [`KEEPERS`].
+    static SCRATCH: Cell<Option<(BytesMut, &'static str)>> = const { Cell::new(None) };
+    /// The message types (by type name) found keeping fields copied through [`SCRATCH`]:
+    /// bounded by the message types the program decodes, and empty unless one keeps its
+    /// `bytes` fields as `Bytes`.
+    static KEEPERS: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
+    /// Whether [`KEEPERS`] has any: a decode on a thread with none looks no further.
+    static ANY_KEEPERS: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A borrowed slice as prost's input, copying a `bytes` field out in one step.
-struct SliceBuf<'a>(&'a [u8]);
+struct SliceBuf<'a> {
+    rest: &'a [u8],
+    /// The message type decoded, if its fields go through [`SCRATCH`].
+    kind: Option<&'static str>,
+}
 
 impl prost::bytes::Buf for SliceBuf<'_> {
     fn remaining(&self) -> usize {
-        self.0.len()
+        self.rest.len()
     }
 
     fn chunk(&self) -> &[u8] {
-        self.0
+        self.rest
     }
 
     fn advance(&mut self, cnt: usize) {
-        self.0 = &self.0[cnt..];
+        self.rest = &self.rest[cnt..];
     }
 
     fn copy_to_bytes(&mut self, len: usize) -> Bytes {
-        let (field, rest) = self.0.split_at(len);
-        self.0 = rest;
-        if len > SCRATCH_FIELD {
-            return Bytes::copy_from_slice(field);
-        }
-        // `try_with`: a decode in another thread-local's destructor goes without.
-        let Ok(mut scratch) = SCRATCH.try_with(Cell::take).map(Option::unwrap_or_default) else {
+        let (field, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        let Some(kind) = self.kind.filter(|_| len <= SCRATCH_FIELD) else {
             return Bytes::copy_from_slice(field);
         };
-        // Reclaimed when no field copied out earlier is still held; else a new buffer.
-        if !scratch.try_reclaim(len) {
-            scratch = BytesMut::with_capacity(SCRATCH_FIELD);
-        }
+        // `try_with`: a decode in another thread-local's destructor goes without.
+        let Ok(held) = SCRATCH.try_with(Cell::take) else {
+            return Bytes::copy_from_slice(field);
+        };
+        let mut scratch = match held {
+            Some((mut scratch, last)) => {
+                // Reclaimed when no field copied out earlier is still held (or room is
+                // left); else it is full of fields still held, and the type that used it
+                // last keeps them.
+                if !scratch.try_reclaim(len) {
+                    KEEPERS.with_borrow_mut(|keepers| keepers.push(last));
+                    ANY_KEEPERS.set(true);
+                    if last == kind {
+                        self.kind = None;
+                        return Bytes::copy_from_slice(field);
+                    }
+                    scratch = BytesMut::with_capacity(SCRATCH_FIELD);
+                }
+                scratch
+            }
+            None => BytesMut::with_capacity(SCRATCH_FIELD),
+        };
         scratch.extend_from_slice(field);
         let copied = scratch.split().freeze();
-        let _ = SCRATCH.try_with(|spare| spare.set(Some(scratch)));
+        let _ = SCRATCH.try_with(|spare| spare.set(Some((scratch, kind))));
         copied
     }
 }
@@ -344,5 +377,48 @@ mod tests {
         for (got, sent) in kept {
             assert_eq!(got, sent);
         }
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Kept {
+        #[prost(bytes = "bytes", tag = "1")]
+        key: Bytes,
+    }
+
+    #[test]
+    fn a_message_type_that_keeps_its_fields_gets_them_on_their_own() {
+        let sent = Kept {
+            key: Bytes::from_static(b"a sixteen b key!"),
+        };
+        let wire = sent.encode_to_vec();
+        // Kept fields fill one scratch buffer (4 KiB) at most; then the type is known to keep
+        // its fields, and each later one is a `Bytes` of its own, holding only itself.
+        let mut kept: Vec<Kept> = Vec::new();
+        for _ in 0..(2 * SCRATCH_FIELD / sent.key.len()) {
+            kept.push(decode(&wire).expect("decodes"));
+        }
+        let shared = kept.iter().filter(|k| !k.key.is_unique()).count();
+        assert!(
+            shared <= SCRATCH_FIELD / sent.key.len(),
+            "{shared} fields share scratch buffers"
+        );
+        assert!(kept.last().expect("some").key.is_unique());
+        assert!(kept.iter().all(|k| *k == sent));
+        // A type whose fields are copied into `Vec`s keeps using the scratch buffer.
+        let fields = Fields {
+            copied: vec![7; 64],
+            ..Fields::default()
+        };
+        for _ in 0..(2 * SCRATCH_FIELD / 64) {
+            assert_eq!(
+                decode::<Fields>(&fields.encode_to_vec()).expect("decodes"),
+                fields
+            );
+        }
+        assert!(
+            !super::KEEPERS
+                .with_borrow(|keepers| { keepers.contains(&std::any::type_name::<Fields>()) }),
+            "a Vec<u8> field is not kept"
+        );
     }
 }
