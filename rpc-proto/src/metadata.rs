@@ -106,9 +106,7 @@ pub fn name_kind(name: &[u8]) -> NameKind {
 
 /// Whether `name` is a valid metadata name: 1 to 255 bytes of `0-9 a-z - _ .`.
 pub fn valid_name(name: &[u8]) -> bool {
-    // Without an early exit: valid names are the rule, and the loop then unrolls.
-    let valid = name.iter().fold(true, |valid, &b| valid & name_byte(b));
-    (1..=255).contains(&name.len()) && valid
+    name_kind(name) == NameKind::Lower
 }
 
 /// Whether `value` is valid for `name`: anything for `-bin` names, printable ASCII
