@@ -49,7 +49,8 @@ impl AcceptStop {
 pub(super) struct Starting {
     endpoints: Vec<Arc<Endpoint>>,
     pollers: Vec<JoinHandle<()>>,
-    acceptors: Vec<Box<dyn Acceptor>>,
+    /// Each acceptor, with how long its loop waits in one call to it.
+    acceptors: Vec<(Box<dyn Acceptor>, Duration)>,
     accepting: Vec<JoinHandle<()>>,
     stop: AcceptStop,
 }
@@ -64,8 +65,14 @@ impl Starting {
     ) {
         self.endpoints.push(endpoint);
         self.pollers.push(poller);
-        self.stop.stoppers.extend(acceptor.stopper());
-        self.acceptors.push(acceptor);
+        let wait = match acceptor.stopper() {
+            Some(stopper) => {
+                self.stop.stoppers.push(stopper);
+                WAIT_WITH_STOPPER
+            }
+            None => WAIT_WITHOUT_STOPPER,
+        };
+        self.acceptors.push((acceptor, wait));
     }
 
     /// Starts an accept loop per transport: the server's endpoints, the flag that stops
@@ -80,11 +87,13 @@ impl Starting {
     ) -> Result<Listening, Error> {
         let all: Arc<[Arc<Endpoint>]> = self.endpoints.iter().cloned().collect();
         let acceptors = std::mem::take(&mut self.acceptors);
-        for (acceptor, endpoint) in acceptors.into_iter().zip(self.endpoints.clone()) {
+        for ((acceptor, wait), endpoint) in acceptors.into_iter().zip(self.endpoints.clone()) {
             let (all, stop) = (Arc::clone(&all), Arc::clone(&self.stop.flag));
             let thread = std::thread::Builder::new()
                 .name("rpc-acceptor".to_string())
-                .spawn(move || accept_loop(acceptor, (endpoint, all), stop, max_connections))?;
+                .spawn(move || {
+                    accept_loop((acceptor, wait), (endpoint, all), stop, max_connections)
+                })?;
             self.accepting.push(thread);
         }
         let threads = std::mem::take(&mut self.accepting)
@@ -116,18 +125,14 @@ impl Drop for Starting {
     }
 }
 
-/// Accepts `acceptor`'s connections onto `endpoint`; `all` the server's endpoints, whose
-/// connections together count against `max_connections`.
+/// Accepts `acceptor`'s connections onto `endpoint`, waiting `wait` in each call to it; `all`
+/// the server's endpoints, whose connections together count against `max_connections`.
 fn accept_loop(
-    mut acceptor: Box<dyn Acceptor>,
+    (mut acceptor, wait): (Box<dyn Acceptor>, Duration),
     (endpoint, all): (Arc<Endpoint>, Arc<[Arc<Endpoint>]>),
     stop: Arc<Flag>,
     max_connections: Option<usize>,
 ) {
-    let wait = match acceptor.stopper() {
-        Some(_) => WAIT_WITH_STOPPER,
-        None => WAIT_WITHOUT_STOPPER,
-    };
     while !stop.is_raised() {
         match acceptor.accept(wait) {
             Ok(Some(link)) => {
