@@ -1564,6 +1564,26 @@ where
         expired
     }
 
+    /// Server: ends `call` as its deadline does ([`Expiry::Deadline`]) if that passed by
+    /// `now()`, which is read only when the call has a deadline. A handler's reply or status
+    /// that comes after the deadline, before a [`Connection::handle_timeout`] looked, must
+    /// not reach the client as an answer in time (PROTOCOL.md §12.2): how late the timer
+    /// runs does not decide the outcome.
+    pub fn expire_if_past(
+        &mut self,
+        call: u64,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Expiry<C>> {
+        if self.role != Role::Server || !self.has_deadlines() {
+            return None;
+        }
+        let deadline = self.deadline(call)?;
+        if now() < deadline {
+            return None;
+        }
+        self.expire(call)
+    }
+
     /// Ends `call` at its deadline: a client cancels it, a server ends it.
     fn expire(&mut self, call: u64) -> Option<Expiry<C>> {
         if !self.is_open(call) {

@@ -233,8 +233,16 @@ impl Pair {
         self.send(Role::Client, id, frame, 7, timeout_us);
     }
 
-    /// Server: answers `call` with one MESSAGE with END (status OK).
+    /// Server: answers `call` with one MESSAGE with END (status OK), unless the call's
+    /// deadline passed by now (then, as the runtime does, the call ends as expired).
     pub(crate) fn reply(&mut self, call: u64, payload: &[u8]) {
+        let now = self.now;
+        if let Some(expiry) = self.server.core.expire_if_past(call, || now) {
+            if let Expiry::Deadline { call, user } = expiry {
+                self.server.seen.push(Seen::Deadline(call, user));
+            }
+            return;
+        }
         let frame = out(
             &self.server.core,
             Kind::Message,

@@ -108,6 +108,41 @@ fn a_reply_that_arrives_before_the_deadline_wins_and_the_deadline_is_forgotten()
 }
 
 #[test]
+fn a_reply_after_the_server_deadline_is_deadline_exceeded_however_late_the_timers_look() {
+    let mut pair = Pair::new();
+    let call = pair.call(5, b"sleep", Some(5 * MS));
+    let quick = pair.call(6, b"ping", None);
+    pair.drive();
+    pair.server.take_seen();
+    // The handler takes 100 ms; neither side's timer runs meanwhile (a loaded machine).
+    pair.now += 100 * MS;
+    pair.reply(quick, b"pong");
+    pair.reply(call, b"late");
+    assert_eq!(
+        pair.server.take_seen(),
+        vec![Seen::Deadline(call, Some(call as u32))]
+    );
+    pair.drive();
+    assert_eq!(
+        pair.client.take_seen(),
+        vec![
+            Seen::Message(quick, b"pong".to_vec(), true, Some(6)),
+            Seen::Ended(call, Code::DeadlineExceeded, 5)
+        ],
+        "the late reply never leaves; a call without a deadline is answered"
+    );
+    assert_eq!(pair.server.core.open_calls(), 0);
+    // A call without a deadline never reads the clock.
+    let other = pair.call(7, b"x", None);
+    pair.drive();
+    assert!(pair
+        .server
+        .core
+        .expire_if_past(other, || panic!("the clock is read only for a deadline"))
+        .is_none());
+}
+
+#[test]
 fn a_reply_in_flight_when_the_deadline_fires_is_discarded_and_credits_come_back() {
     let mut pair = Pair::new();
     let call = pair.call(5, b"ping", Some(100 * MS));

@@ -417,8 +417,13 @@ impl Conn {
                 trailers,
             } => {
                 self.take_reposted(owned);
-                self.reply(owned, call, frame, headers, trailers);
-                None
+                match owned.core.expire_if_past(call, Instant::now) {
+                    None => {
+                        self.reply(owned, call, frame, headers, trailers);
+                        None
+                    }
+                    Some(expiry) => self.expired(owned, expiry),
+                }
             }
             work => {
                 self.take_reposted(owned);
@@ -466,10 +471,13 @@ impl Conn {
                 let _ = self.post_result(owned.core.send(call, frame, 0, 0));
                 None
             }
-            Work::End { call, status } => {
-                self.end_call(owned, call, &status);
-                None
-            }
+            Work::End { call, status } => match owned.core.expire_if_past(call, Instant::now) {
+                None => {
+                    self.end_call(owned, call, &status);
+                    None
+                }
+                Some(expiry) => self.expired(owned, expiry),
+            },
             Work::Cancel { caller, status } => self.cancel(owned, caller, status),
             Work::Consumed { stream, bytes } => {
                 owned.core.consumed(stream.id(), bytes);

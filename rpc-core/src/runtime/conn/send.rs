@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::stream::StreamShared;
-use super::{block_frame, call_ended, Caller, Conn, Delivery, OpenCall, Owned};
+use super::{block_frame, call_ended, CallRef, Caller, Conn, Delivery, OpenCall, Owned};
 use crate::protocol::v2::{flags, Expiry, Kind, Outgoing, Role, SendError, WireStatus};
 use crate::transport::SendBuf;
 use crate::{Code, MetadataMap, Status};
@@ -211,6 +211,30 @@ impl Conn {
         }
     }
 
+    /// Server: a call that the handler's reply or status found past its deadline
+    /// ([`Connection::expire_if_past`](crate::protocol::v2::Connection::expire_if_past)) ended
+    /// as one the timer expired.
+    #[cold]
+    pub(super) fn expired(&self, owned: &mut Owned, expiry: Expiry<CallRef>) -> Option<Delivery> {
+        let delivery = match expiry {
+            Expiry::Deadline {
+                user: Some(user), ..
+            } => self.past_deadline(owned, user),
+            _ => None,
+        };
+        self.publish_deadlines(owned);
+        delivery
+    }
+
+    /// What a call's deadline passing means for its caller or handler.
+    fn past_deadline(&self, owned: &Owned, user: CallRef) -> Option<Delivery> {
+        let status = match owned.core.role() {
+            Role::Client => Status::deadline_exceeded("no response within the deadline"),
+            Role::Server => Status::deadline_exceeded("the deadline passed at the server"),
+        };
+        call_ended(user, status)
+    }
+
     /// What the core's timers did by `now` (PROTOCOL.md §12.2, §13, §15.2), told to the
     /// calls' callers and handlers.
     pub(super) fn on_timeout(&self, owned: &mut Owned, now: Instant) -> Option<Delivery> {
@@ -218,15 +242,7 @@ impl Conn {
         for expiry in owned.core.handle_timeout(now) {
             match expiry {
                 Expiry::Deadline { user, .. } => {
-                    let status = match owned.core.role() {
-                        Role::Client => {
-                            Status::deadline_exceeded("no response within the deadline")
-                        }
-                        Role::Server => {
-                            Status::deadline_exceeded("the deadline passed at the server")
-                        }
-                    };
-                    ended.extend(user.and_then(|user| call_ended(user, status)));
+                    ended.extend(user.and_then(|user| self.past_deadline(owned, user)));
                 }
                 Expiry::Stalled { call, status, user } => {
                     tracing::warn!(peer = %self.peer, call, %status, "reassembly stalled; call refused");
