@@ -212,13 +212,14 @@ pub fn callers_waiting_for_shared_send_slots(addr: &str, transport: TransportKin
 }
 
 /// A call whose handler outlives its timeout fails with DEADLINE_EXCEEDED promptly, and the
-/// connection stays usable.
+/// connection stays usable. (The handler outlasts the deadline by seconds: "promptly" must
+/// hold on a machine that stalls a thread for hundreds of ms.)
 pub fn deadline(client: &TortureClient) {
     let t0 = Instant::now();
     let err = client
         .sleep(
             Request::new(SleepRequest {
-                millis: 1000,
+                millis: 3_000,
                 micros: 0,
             })
             .with_timeout(Duration::from_millis(100)),
@@ -226,7 +227,7 @@ pub fn deadline(client: &TortureClient) {
         .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
     assert!(
-        t0.elapsed() < Duration::from_millis(900),
+        t0.elapsed() < Duration::from_millis(2_500),
         "{:?}",
         t0.elapsed()
     );

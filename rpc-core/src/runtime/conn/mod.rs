@@ -462,7 +462,13 @@ impl Conn {
             Work::Frame(..) | Work::Open(_) | Work::Reply { .. } => {
                 unreachable!("a step of its own")
             }
-            Work::Send { stream, frame } => self.send_stream(owned, stream, frame),
+            Work::Send { stream, frame } => {
+                // A server's stream message past the call's deadline is not sent either.
+                match owned.core.expire_if_past(stream.id(), Instant::now) {
+                    None => self.send_stream(owned, stream, frame),
+                    Some(expiry) => self.expired(owned, expiry),
+                }
+            }
             Work::HalfClose(stream) => {
                 self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
             }
