@@ -465,3 +465,56 @@ fn two_thousand_connections_to_a_child_server() {
         );
     });
 }
+
+/// A peer whose last bytes and FIN arrive together (one readiness edge): the server reads
+/// to the end of the stream and drops the connection, rather than taking the short read for
+/// a drained socket and never hearing of the close (no keepalive to find it later).
+#[test]
+fn bytes_and_the_close_in_one_segment_close_the_connection() {
+    with_watchdog(Duration::from_secs(30), || {
+        let server = Server::builder()
+            .workers(WORKERS)
+            .keepalive(None)
+            .add_service(TestService)
+            .start("127.0.0.1:0", TransportKind::Tcp)
+            .unwrap();
+        let addr = server.local_addr().to_string();
+        for round in 0..20 {
+            let stream = raw_echo_connection(&addr);
+            wait_until(&format!("round {round}: connected"), || {
+                server.connections() == 1
+            });
+            // Corked, the part of a frame and the FIN leave as one segment.
+            let cork: libc::c_int = 1;
+            // SAFETY: a valid socket and option value of the size given.
+            let set = unsafe {
+                libc::setsockopt(
+                    stream.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_CORK,
+                    (&cork as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(set, 0, "TCP_CORK");
+            (&stream).write_all(&[0u8; 10]).unwrap();
+            stream.shutdown(std::net::Shutdown::Write).unwrap();
+            wait_until(&format!("round {round}: the close was seen"), || {
+                server.connections() == 0
+            });
+            drop(stream);
+        }
+    });
+}
+
+/// Waits up to 10 s for `done()`, failing with `what` past it.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not within 10 s: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -478,6 +478,17 @@ struct Listening {
     http2: Option<Http2Handoff>,
 }
 
+/// What a readiness event says about reading a socket.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Readable {
+    No,
+    /// Bytes may wait: read until a short read, `WouldBlock` or the end.
+    Yes,
+    /// The peer may have closed (or the socket failed) behind bytes still queued: read
+    /// until `WouldBlock`, the end or the error, a short read included.
+    ToTheEnd,
+}
+
 /// How reading a socket ended for this turn.
 enum ReadEnd {
     /// The socket has nothing more for now.
@@ -520,22 +531,33 @@ impl IoLoop {
                 }
             }
             let again = std::mem::take(&mut self.again);
+            // A socket read up to its budget may hold its peer's close behind the bytes
+            // left, and its edge is spent: read it to the end this time.
             for token in again {
-                self.ready(token, true, false);
+                self.ready(token, Readable::ToTheEnd, false);
             }
             for event in events.iter() {
                 let token = event.token();
                 if token == WAKER {
                     continue;
                 }
-                let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                // The peer's close (or an error) may come in the same edge as its last
+                // bytes: then a short read has not met the end, and no later edge will.
+                let readable = match (
+                    event.is_read_closed() || event.is_error(),
+                    event.is_readable(),
+                ) {
+                    (true, _) => Readable::ToTheEnd,
+                    (false, true) => Readable::Yes,
+                    (false, false) => Readable::No,
+                };
                 self.ready(token, readable, event.is_writable());
             }
             self.expire_hellos(Instant::now());
             if let Some(at) = self.accept_retry {
                 if Instant::now() >= at {
                     self.accept_retry = None;
-                    self.ready(LISTENER, true, false);
+                    self.ready(LISTENER, Readable::Yes, false);
                 }
             }
         }
@@ -603,7 +625,7 @@ impl IoLoop {
     }
 
     /// Serves a ready socket (or the listener).
-    fn ready(&mut self, token: Token, readable: bool, writable: bool) {
+    fn ready(&mut self, token: Token, readable: Readable, writable: bool) {
         if token == LISTENER {
             self.accept();
             return;
@@ -614,9 +636,10 @@ impl IoLoop {
                 self.flush(&conn, false);
             }
         }
-        if !readable {
+        if readable == Readable::No {
             return;
         }
+        let to_the_end = readable == Readable::ToTheEnd;
         if let Some(end) = self.answer_or_hand_over(token) {
             if let ReadEnd::Closed(reason) = end {
                 self.remove(token, reason);
@@ -634,7 +657,7 @@ impl IoLoop {
                     match self.establish(*h) {
                         Ok(reading) => {
                             self.conns.insert(token, Entry::Open(reading));
-                            self.read_open(token)
+                            self.read_open(token, to_the_end)
                         }
                         Err(reason) => {
                             tracing::debug!(%reason, "TCP handshake failed");
@@ -644,7 +667,7 @@ impl IoLoop {
                 }
                 Err(reason) => ReadEnd::Closed(reason),
             },
-            Some(Entry::Open(_)) => self.read_open(token),
+            Some(Entry::Open(_)) => self.read_open(token, to_the_end),
         };
         match end {
             ReadEnd::Drained => {}
@@ -917,7 +940,7 @@ impl IoLoop {
 
     /// Reads an established link's frames until the socket is drained or the budget spent,
     /// then lets the endpoint handle them.
-    fn read_open(&mut self, token: Token) -> ReadEnd {
+    fn read_open(&mut self, token: Token, to_the_end: bool) -> ReadEnd {
         let Some(Entry::Open(r)) = self.conns.get_mut(&token) else {
             return ReadEnd::Drained;
         };
@@ -969,8 +992,9 @@ impl IoLoop {
                     })
                 }
                 // A short read emptied the socket's receive queue: what arrives later is a new
-                // edge, so no read is spent to meet WouldBlock.
-                Ok(n) if n < asked => break ReadEnd::Drained,
+                // edge, so no read is spent to meet WouldBlock. Unless the edge said the peer
+                // closed: then the close is read too (a read of 0, or the error).
+                Ok(n) if n < asked && !to_the_end => break ReadEnd::Drained,
                 Ok(n) => budget = budget.saturating_sub(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break ReadEnd::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
