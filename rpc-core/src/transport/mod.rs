@@ -223,7 +223,9 @@ impl std::ops::DerefMut for SendBuf {
 /// Accepts incoming links for a server endpoint.
 pub trait Acceptor: Send + 'static {
     /// Waits up to `timeout` for a peer to connect and complete its handshake; `Ok(None)` if
-    /// none did. Errors of one failed handshake are returned and do not stop the acceptor.
+    /// none did. Errors of one failed handshake are returned and do not stop the acceptor;
+    /// [`Error::TransportUnavailable`] says it is gone for good (its RDMA device was removed),
+    /// and the server's accept loop stops calling it.
     fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error>;
     /// The bound local address (`ip:port`).
     fn local_addr(&self) -> String;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rpc_sync::Flag;
 
 use crate::runtime::endpoint::Endpoint;
-use crate::transport::{AcceptStopper, Acceptor};
+use crate::transport::{AcceptStopper, Acceptor, Link};
 use crate::Error;
 
 /// How long an accept loop waits in one call to its acceptor: one with a
@@ -133,31 +133,108 @@ fn accept_loop(
     stop: Arc<Flag>,
     max_connections: Option<usize>,
 ) {
+    accept_each(&mut *acceptor, wait, &stop, |link| {
+        let served = || all.iter().map(|e| e.conns().len()).sum::<usize>();
+        if max_connections.is_some_and(|max| served() >= max) {
+            tracing::warn!(peer = %link.peer_name(), "connection limit reached; closing the new connection");
+            endpoint.refuse_link(&link);
+            return;
+        }
+        let Some(memory) = endpoint.admit(&link) else {
+            let budget = endpoint.memory();
+            tracing::warn!(
+                peer = %link.peer_name(),
+                used = budget.used(),
+                limit = budget.limit(),
+                "memory budget spent; closing the new connection"
+            );
+            endpoint.refuse_link(&link);
+            return;
+        };
+        tracing::debug!(peer = %link.peer_name(), "accepted");
+        endpoint.add_link(link, memory);
+    });
+}
+
+/// Hands each link `acceptor` accepts to `on_link` until `stop` is raised, or until the
+/// acceptor is gone for good ([`Error::TransportUnavailable`]: its RDMA device was removed),
+/// after which every call to it would return at once: the loop ends rather than spin.
+fn accept_each(
+    acceptor: &mut dyn Acceptor,
+    wait: Duration,
+    stop: &Flag,
+    mut on_link: impl FnMut(Arc<dyn Link>),
+) {
     while !stop.is_raised() {
         match acceptor.accept(wait) {
-            Ok(Some(link)) => {
-                let served = || all.iter().map(|e| e.conns().len()).sum::<usize>();
-                if max_connections.is_some_and(|max| served() >= max) {
-                    tracing::warn!(peer = %link.peer_name(), "connection limit reached; closing the new connection");
-                    endpoint.refuse_link(&link);
-                    continue;
-                }
-                let Some(memory) = endpoint.admit(&link) else {
-                    let budget = endpoint.memory();
-                    tracing::warn!(
-                        peer = %link.peer_name(),
-                        used = budget.used(),
-                        limit = budget.limit(),
-                        "memory budget spent; closing the new connection"
-                    );
-                    endpoint.refuse_link(&link);
-                    continue;
-                };
-                tracing::debug!(peer = %link.peer_name(), "accepted");
-                endpoint.add_link(link, memory);
-            }
+            Ok(Some(link)) => on_link(link),
             Ok(None) => {}
+            Err(e @ Error::TransportUnavailable { .. }) => {
+                tracing::error!(
+                    error = %e,
+                    listener = %acceptor.local_addr(),
+                    "the listener is gone; no more connections are accepted on it"
+                );
+                return;
+            }
             Err(e) => tracing::warn!(error = %e, "a connection attempt failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fails its first accept with `first`, then returns `Ok(None)` at once, as a stopped
+    /// acceptor does; raises `stop` at its 100th call, so that a loop that keeps calling it
+    /// ends all the same.
+    struct FailingAcceptor {
+        first: Option<Error>,
+        calls: usize,
+        stop: Arc<Flag>,
+    }
+
+    impl Acceptor for FailingAcceptor {
+        fn accept(&mut self, _: Duration) -> Result<Option<Arc<dyn Link>>, Error> {
+            self.calls += 1;
+            if self.calls == 100 {
+                self.stop.raise();
+            }
+            match self.first.take() {
+                Some(e) => Err(e),
+                None => Ok(None),
+            }
+        }
+
+        fn local_addr(&self) -> String {
+            "192.0.2.1:1".to_string()
+        }
+    }
+
+    /// How many times the loop called an acceptor whose first accept fails with `first`.
+    fn calls_after(first: Error) -> usize {
+        let stop = Arc::new(Flag::new(false));
+        let mut acceptor = FailingAcceptor {
+            first: Some(first),
+            calls: 0,
+            stop: Arc::clone(&stop),
+        };
+        accept_each(&mut acceptor, Duration::ZERO, &stop, |_| {
+            unreachable!("no link is accepted")
+        });
+        acceptor.calls
+    }
+
+    #[test]
+    fn an_acceptor_gone_for_good_ends_its_loop_instead_of_spinning() {
+        let gone = Error::TransportUnavailable {
+            transport: "verbs",
+            reason: "the listener's RDMA device was removed".into(),
+        };
+        assert_eq!(calls_after(gone), 1, "one call, then the loop ends");
+        // One failed handshake does not stop the loop: it goes on until stopped.
+        let failed = Error::ConnectionClosed("the peer went away mid-handshake".into());
+        assert_eq!(calls_after(failed), 100);
     }
 }
