@@ -223,9 +223,7 @@ impl std::ops::DerefMut for SendBuf {
 /// Accepts incoming links for a server endpoint.
 pub trait Acceptor: Send + 'static {
     /// Waits up to `timeout` for a peer to connect and complete its handshake; `Ok(None)` if
-    /// none did. Errors of one failed handshake are returned and do not stop the acceptor;
-    /// [`Error::TransportUnavailable`] says it is gone for good (its RDMA device was removed),
-    /// and the server's accept loop stops calling it.
+    /// none did. Errors of one failed handshake are returned and do not stop the acceptor.
     fn accept(&mut self, timeout: Duration) -> Result<Option<Arc<dyn Link>>, Error>;
     /// The bound local address (`ip:port`).
     fn local_addr(&self) -> String;
@@ -235,6 +233,12 @@ pub trait Acceptor: Send + 'static {
     /// an acceptor that cannot be woken, whose loop waits in short slices instead.
     fn stopper(&self) -> Option<AcceptStopper> {
         None
+    }
+    /// Whether the acceptor is gone for good (its RDMA device was removed): every later
+    /// [`Acceptor::accept`] would return at once, and the server's accept loop ends. `false`
+    /// (the default) for one that lasts as long as it is not stopped.
+    fn is_gone(&self) -> bool {
+        false
     }
 }
 

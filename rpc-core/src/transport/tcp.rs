@@ -484,8 +484,8 @@ enum Readable {
     No,
     /// Bytes may wait: read until a short read, `WouldBlock` or the end.
     Yes,
-    /// The peer may have closed (or the socket failed) behind bytes still queued: read
-    /// until `WouldBlock`, the end or the error, a short read included.
+    /// The peer closed (or the socket failed), maybe behind bytes still queued: read until
+    /// the end or the error, a short read included.
     ToTheEnd,
 }
 
@@ -508,8 +508,9 @@ struct IoLoop {
     next_token: usize,
     /// HELLO deadlines in arrival order (all are arrival + [`HELLO_DEADLINE`]).
     hello_deadlines: VecDeque<(Instant, Token)>,
-    /// Sockets (and the listener) to serve again at the next turn: their budget ran out.
-    again: Vec<Token>,
+    /// Sockets (and the listener) to serve again at the next turn, as their edge said: their
+    /// budget ran out.
+    again: Vec<(Token, Readable)>,
     buf: Box<[u8]>,
     stopping: bool,
     accept_retry: Option<Instant>,
@@ -531,10 +532,9 @@ impl IoLoop {
                 }
             }
             let again = std::mem::take(&mut self.again);
-            // A socket read up to its budget may hold its peer's close behind the bytes
-            // left, and its edge is spent: read it to the end this time.
-            for token in again {
-                self.ready(token, Readable::ToTheEnd, false);
+            // Their edge is spent: one that said the peer closed still says so.
+            for (token, readable) in again {
+                self.ready(token, readable, false);
             }
             for event in events.iter() {
                 let token = event.token();
@@ -671,7 +671,7 @@ impl IoLoop {
         };
         match end {
             ReadEnd::Drained => {}
-            ReadEnd::Budget => self.again.push(token),
+            ReadEnd::Budget => self.again.push((token, readable)),
             ReadEnd::Closed(reason) => self.remove(token, reason),
         }
     }
@@ -736,7 +736,7 @@ impl IoLoop {
                 }
             }
         }
-        self.again.push(LISTENER);
+        self.again.push((LISTENER, Readable::Yes));
     }
 
     /// Sends our HELLO on a fresh socket (a server: once the client's first byte came) and

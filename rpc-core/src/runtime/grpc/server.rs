@@ -439,6 +439,12 @@ async fn serve_call(
             Some(Some(Outbound::Headers(sent))) => {
                 headers.get_or_insert(sent);
             }
+            // The handler answered past the deadline, before the timer fired: the deadline
+            // came first all the same.
+            Some(Some(Outbound::Message(_) | Outbound::End(_))) if past(&expiry) => {
+                guard.expire();
+                return trailers_only(deadline_exceeded());
+            }
             Some(Some(Outbound::Message(message))) => break message,
             Some(Some(Outbound::End(status))) => {
                 guard.finish();
@@ -612,6 +618,14 @@ impl Drop for CallGuard {
     }
 }
 
+/// Whether the call's deadline passed: a message or status the handler hands over after it
+/// does not go out, however late the timer fires (as on this framework's own protocol).
+fn past(expiry: &Option<Pin<Box<tokio::time::Sleep>>>) -> bool {
+    expiry
+        .as_ref()
+        .is_some_and(|e| e.deadline() <= tokio::time::Instant::now())
+}
+
 /// The response body: the call's messages, then its status as trailers. Dropped before its
 /// end (the client reset the stream or went away), it cancels the call.
 pub(crate) struct FaceBody {
@@ -665,6 +679,14 @@ impl http_body::Body for FaceBody {
         };
         loop {
             match call.out.poll_recv(cx) {
+                Poll::Ready(Some(Outbound::Message(_) | Outbound::End(_)))
+                    if past(&this.expiry) =>
+                {
+                    call.shared().cancel(deadline_exceeded());
+                    return Poll::Ready(Some(Ok(Frame::trailers(
+                        this.finish(&deadline_exceeded()),
+                    ))));
+                }
                 Poll::Ready(Some(Outbound::Message(message))) => {
                     taken(&call);
                     return Poll::Ready(Some(Ok(Frame::data(message))));

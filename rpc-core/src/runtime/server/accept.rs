@@ -157,8 +157,9 @@ fn accept_loop(
 }
 
 /// Hands each link `acceptor` accepts to `on_link` until `stop` is raised, or until the
-/// acceptor is gone for good ([`Error::TransportUnavailable`]: its RDMA device was removed),
-/// after which every call to it would return at once: the loop ends rather than spin.
+/// acceptor is gone for good ([`Acceptor::is_gone`]: its RDMA device was removed), after
+/// which every call to it would return at once: the loop ends rather than spin. An error of
+/// one connection attempt, whatever it is, does not end it.
 fn accept_each(
     acceptor: &mut dyn Acceptor,
     wait: Duration,
@@ -169,7 +170,7 @@ fn accept_each(
         match acceptor.accept(wait) {
             Ok(Some(link)) => on_link(link),
             Ok(None) => {}
-            Err(e @ Error::TransportUnavailable { .. }) => {
+            Err(e) if acceptor.is_gone() => {
                 tracing::error!(
                     error = %e,
                     listener = %acceptor.local_addr(),
@@ -186,11 +187,12 @@ fn accept_each(
 mod tests {
     use super::*;
 
-    /// Fails its first accept with `first`, then returns `Ok(None)` at once, as a stopped
-    /// acceptor does; raises `stop` at its 100th call, so that a loop that keeps calling it
-    /// ends all the same.
+    /// Fails its first accept with `first` (and is gone from then on if `gone`), then
+    /// returns `Ok(None)` at once, as a stopped acceptor does; raises `stop` at its 100th
+    /// call, so that a loop that keeps calling it ends all the same.
     struct FailingAcceptor {
         first: Option<Error>,
+        gone: bool,
         calls: usize,
         stop: Arc<Flag>,
     }
@@ -210,13 +212,19 @@ mod tests {
         fn local_addr(&self) -> String {
             "192.0.2.1:1".to_string()
         }
+
+        fn is_gone(&self) -> bool {
+            self.gone && self.calls > 0
+        }
     }
 
-    /// How many times the loop called an acceptor whose first accept fails with `first`.
-    fn calls_after(first: Error) -> usize {
+    /// How many times the loop called an acceptor whose first accept fails with `first`
+    /// (and which is `gone` from then on).
+    fn calls_after(first: Error, gone: bool) -> usize {
         let stop = Arc::new(Flag::new(false));
         let mut acceptor = FailingAcceptor {
             first: Some(first),
+            gone,
             calls: 0,
             stop: Arc::clone(&stop),
         };
@@ -228,13 +236,20 @@ mod tests {
 
     #[test]
     fn an_acceptor_gone_for_good_ends_its_loop_instead_of_spinning() {
-        let gone = Error::TransportUnavailable {
+        let unavailable = || Error::TransportUnavailable {
             transport: "verbs",
             reason: "the listener's RDMA device was removed".into(),
         };
-        assert_eq!(calls_after(gone), 1, "one call, then the loop ends");
-        // One failed handshake does not stop the loop: it goes on until stopped.
+        assert_eq!(
+            calls_after(unavailable(), true),
+            1,
+            "one call, then the loop ends"
+        );
+        // One failed connection attempt does not stop the loop, whatever its error (a
+        // request through a second device is refused TransportUnavailable): it goes on
+        // until stopped.
+        assert_eq!(calls_after(unavailable(), false), 100);
         let failed = Error::ConnectionClosed("the peer went away mid-handshake".into());
-        assert_eq!(calls_after(failed), 100);
+        assert_eq!(calls_after(failed, false), 100);
     }
 }

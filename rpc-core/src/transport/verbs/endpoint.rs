@@ -521,6 +521,7 @@ impl VerbsEndpoint {
             shared,
             local,
             stop,
+            device_removed: false,
         })
     }
 
@@ -568,6 +569,8 @@ pub struct VerbsAcceptor {
     shared: Option<SharedRings>,
     local: SocketAddr,
     stop: Arc<AcceptorStop>,
+    /// The listener's device was removed: the acceptor is gone for good.
+    device_removed: bool,
 }
 
 impl VerbsAcceptor {
@@ -643,6 +646,10 @@ impl Acceptor for VerbsAcceptor {
         Some(Box::new(move || stop.stop()))
     }
 
+    fn is_gone(&self) -> bool {
+        self.device_removed
+    }
+
     fn local_addr(&self) -> String {
         self.local.to_string()
     }
@@ -692,6 +699,7 @@ impl VerbsAcceptor {
                         if ev.id_addr == self.listen.addr() =>
                     {
                         self.stop.stop();
+                        self.device_removed = true;
                         return Err(Error::TransportUnavailable {
                             transport: "verbs",
                             reason: "the listener's RDMA device was removed".into(),
