@@ -263,3 +263,30 @@ fn oversized_messages_are_refused_with_resource_exhausted() {
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
 }
+
+/// An inline handler runs on the server's poller thread, so no deadline tick can run while
+/// it works: a handler that answers past the call's limit is still answered
+/// DEADLINE_EXCEEDED, by the check made when its reply goes out (`expire_if_past`), not by a
+/// tick (without that check, its reply went out as success).
+#[test]
+fn an_inline_handler_answering_past_the_deadline_is_deadline_exceeded() {
+    let server = Server::builder()
+        .timeout(Duration::from_millis(20))
+        .add_service(TestService {
+            calls: Arc::new(AtomicUsize::new(0)),
+        })
+        .method_execution("/t.Test/Echo", Execution::Inline)
+        .start("mem:inline-past-deadline", TransportKind::Tcp)
+        .expect("serve");
+    let client = Client::builder().connect(server.local_addr()).unwrap();
+    // No deadline of the client's: only the server's limit can end the call.
+    let slow = Msg {
+        sleep_ms: 300,
+        ..msg(1, 0)
+    };
+    let err = client
+        .unary::<Msg, Msg>(&METHODS[0], Request::new(slow))
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    assert!(err.message().contains("at the server"), "{err}");
+}
