@@ -91,6 +91,7 @@ pub enum NameKind {
 
 /// What `name` is: valid as it is, valid once lower-cased, or invalid. One table look per
 /// byte, without an early exit (valid names are the rule, and the loop then unrolls).
+#[inline(always)]
 pub fn name_kind(name: &[u8]) -> NameKind {
     let classes = name
         .iter()
@@ -116,25 +117,31 @@ pub fn valid_value(name: &[u8], value: &[u8]) -> bool {
 }
 
 /// Whether every byte is printable ASCII (0x20..=0x7E), what an ASCII value may hold; eight
-/// bytes at a time.
+/// bytes at a time, the last eight of a value that is not a multiple of eight read as a
+/// word too (they overlap the word before, which a second look does not change).
 pub fn printable(bytes: &[u8]) -> bool {
+    let words = bytes.chunks_exact(8);
+    let tail = match bytes.len() {
+        0..8 => return bytes.iter().all(|&b| b.wrapping_sub(0x20) < 0x5f),
+        len if len % 8 == 0 => None,
+        len => bytes[len - 8..].first_chunk::<8>(),
+    };
+    words
+        .map(|word| word.first_chunk::<8>().expect("8 bytes"))
+        .chain(tail)
+        .all(|word| printable_word(u64::from_le_bytes(*word)))
+}
+
+/// Whether the eight bytes of `x` are printable ASCII.
+#[inline(always)]
+fn printable_word(x: u64) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let x = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        // A byte below 0x20 borrows into its high bit; one above 0x7E carries into it when
-        // 1 is added (0x7F + 1 = 0x80), or has it set already: either way a high bit shows.
-        let below = x.wrapping_sub(ONES * 0x20) & !x;
-        let above = x.wrapping_add(ONES) | x;
-        if (below | above) & HIGHS != 0 {
-            return false;
-        }
-    }
-    words
-        .remainder()
-        .iter()
-        .all(|&b| b.wrapping_sub(0x20) < 0x5f)
+    // A byte below 0x20 borrows into its high bit; one above 0x7E carries into it when 1
+    // is added (0x7F + 1 = 0x80), or has it set already: either way a high bit shows.
+    let below = x.wrapping_sub(ONES * 0x20) & !x;
+    let above = x.wrapping_add(ONES) | x;
+    (below | above) & HIGHS == 0
 }
 
 /// Whether `name` is reserved for the protocol (`grpc-` prefix).
@@ -371,19 +378,23 @@ mod tests {
             let printable = (0x20..=0x7e).contains(&b);
             assert_eq!(valid_value(b"x", &[b]), printable, "value byte {b:#04x}");
         }
-        // Eight bytes at a time: each byte value at each place of a word, and in the tail.
+        // Eight bytes at a time: each byte value at each place of values of every length
+        // up to three words (short ones, whole words, and tails read as overlapping words).
         for b in 0..=255u8 {
             let printable = (0x20..=0x7e).contains(&b);
-            for at in 0..19 {
-                let mut value = [b'a'; 19];
-                value[at] = b;
-                assert_eq!(
-                    valid_value(b"x", &value),
-                    printable,
-                    "byte {b:#04x} at {at}"
-                );
+            for len in 1..=24 {
+                for at in 0..len {
+                    let mut value = [b'a'; 24];
+                    value[at] = b;
+                    assert_eq!(
+                        valid_value(b"x", &value[..len]),
+                        printable,
+                        "byte {b:#04x} at {at} of {len}"
+                    );
+                }
             }
         }
+        assert!(printable(b""));
         assert!(!valid_name(b""));
         assert!(!valid_name(&[b'a'; 256]));
         assert!(valid_value(b"x-bin", &[0, 0xff]));

@@ -160,6 +160,7 @@ impl MetadataMap {
     ///
     /// A `&'static str` key that is not a valid name of ASCII entries (as tonic's does):
     /// see [`MetadataKey::from_bytes`].
+    #[inline(always)]
     pub fn insert<K: IntoMetadataKey<Ascii>>(
         &mut self,
         key: K,
@@ -173,6 +174,7 @@ impl MetadataMap {
     /// # Panics
     ///
     /// As [`MetadataMap::insert`].
+    #[inline]
     pub fn append<K: IntoMetadataKey<Ascii>>(
         &mut self,
         key: K,
@@ -187,6 +189,7 @@ impl MetadataMap {
     /// # Panics
     ///
     /// A `&'static str` key that is not a valid name of binary entries.
+    #[inline]
     pub fn insert_bin<K: IntoMetadataKey<Binary>>(
         &mut self,
         key: K,
@@ -201,6 +204,7 @@ impl MetadataMap {
     /// # Panics
     ///
     /// As [`MetadataMap::insert_bin`].
+    #[inline]
     pub fn append_bin<K: IntoMetadataKey<Binary>>(
         &mut self,
         key: K,
@@ -210,7 +214,8 @@ impl MetadataMap {
     }
 
     /// [`MetadataMap::insert`] and [`MetadataMap::insert_bin`]: the earlier values of `key`
-    /// go, the first returned.
+    /// go, the first returned. Out of line: the callers are inlined (see `insert`).
+    #[inline(never)]
     fn replace<VE: ValueEncoding>(
         &mut self,
         key: MetadataKey<VE>,
@@ -222,6 +227,7 @@ impl MetadataMap {
     }
 
     /// [`MetadataMap::append`] and [`MetadataMap::append_bin`]: whether `key` had values.
+    #[inline(never)]
     fn add<VE: ValueEncoding>(&mut self, key: MetadataKey<VE>, value: MetadataValue<VE>) -> bool {
         let had = self.contains_key(key.as_str());
         self.push(key.as_str(), value.bytes());

@@ -506,6 +506,8 @@ impl sealed::Sealed for String {}
 impl sealed::Sealed for &String {}
 
 impl<VE: ValueEncoding> IntoMetadataKey<VE> for &'static str {
+    // Inlined where the map is called: a literal name's checks then fold away when compiled.
+    #[inline(always)]
     fn into_metadata_key(self) -> MetadataKey<VE> {
         // One pass over the bytes; the reserved prefix and the kind's suffix are then looked
         // at in the lower-cased name.

@@ -73,21 +73,30 @@ impl Endpoint {
             return;
         }
         let conns = self.conns();
-        let (keepalive, every) = self.paced(conns.len());
-        let every_conn = match every {
-            Some(every) if conn_due => {
-                *next_conn_tick = Some(now + every);
-                true
-            }
-            _ => false,
+        // The pacing is worked out only when some connection gets the time: a server's
+        // deadline tick mostly finds none due.
+        let mut paced = None;
+        let mut paced = || *paced.get_or_insert_with(|| self.paced(conns.len()));
+        let every_conn = match conn_due {
+            true => match paced().1 {
+                Some(every) => {
+                    *next_conn_tick = Some(now + every);
+                    true
+                }
+                None => false,
+            },
+            false => false,
         };
         if !deadlines && !every_conn {
             return;
         }
-        let mark = deadline_mark(now);
+        let mark = match server && !every_conn {
+            true => deadline_mark(now),
+            false => 0,
+        };
         for conn in conns.iter() {
             if every_conn || !server || conn.deadline_due(mark) {
-                conn.submit(Work::Timeout(now, keepalive));
+                conn.submit(Work::Timeout(now, paced().0));
             }
         }
     }
