@@ -127,11 +127,7 @@ impl Pair {
         let now = self.now;
         let side = self.side(role);
         for expiry in side.core.handle_timeout(now) {
-            side.seen.push(match expiry {
-                Expiry::Deadline { call, user } => Seen::Deadline(call, user),
-                Expiry::Stalled { call, user, .. } => Seen::Stalled(call, user),
-                Expiry::PeerSilent { .. } => Seen::PeerSilent,
-            });
+            side.seen.push(seen(expiry));
         }
     }
 
@@ -238,9 +234,7 @@ impl Pair {
     pub(crate) fn reply(&mut self, call: u64, payload: &[u8]) {
         let now = self.now;
         if let Some(expiry) = self.server.core.expire_if_past(call, || now) {
-            if let Expiry::Deadline { call, user } = expiry {
-                self.server.seen.push(Seen::Deadline(call, user));
-            }
+            self.server.seen.push(seen(expiry));
             return;
         }
         let frame = out(
@@ -318,6 +312,15 @@ fn deliver(side: &mut Side, now: Instant) -> usize {
         n += 1;
     }
     n
+}
+
+/// What an application records of a call its core expired.
+fn seen(expiry: Expiry<u32>) -> Seen {
+    match expiry {
+        Expiry::Deadline { call, user } => Seen::Deadline(call, user),
+        Expiry::Stalled { call, user, .. } => Seen::Stalled(call, user),
+        Expiry::PeerSilent { .. } => Seen::PeerSilent,
+    }
 }
 
 /// Handles the frame at the head of the wire to `side`, if any.

@@ -417,13 +417,10 @@ impl Conn {
                 trailers,
             } => {
                 self.take_reposted(owned);
-                match owned.core.expire_if_past(call, Instant::now) {
-                    None => {
-                        self.reply(owned, call, frame, headers, trailers);
-                        None
-                    }
-                    Some(expiry) => self.expired(owned, expiry),
-                }
+                self.unless_expired(owned, call, |conn, owned| {
+                    conn.reply(owned, call, frame, headers, trailers);
+                    None
+                })
             }
             work => {
                 self.take_reposted(owned);
@@ -464,10 +461,9 @@ impl Conn {
             }
             Work::Send { stream, frame } => {
                 // A server's stream message past the call's deadline is not sent either.
-                match owned.core.expire_if_past(stream.id(), Instant::now) {
-                    None => self.send_stream(owned, stream, frame),
-                    Some(expiry) => self.expired(owned, expiry),
-                }
+                self.unless_expired(owned, stream.id(), |conn, owned| {
+                    conn.send_stream(owned, stream, frame)
+                })
             }
             Work::HalfClose(stream) => {
                 self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
@@ -477,13 +473,10 @@ impl Conn {
                 let _ = self.post_result(owned.core.send(call, frame, 0, 0));
                 None
             }
-            Work::End { call, status } => match owned.core.expire_if_past(call, Instant::now) {
-                None => {
-                    self.end_call(owned, call, &status);
-                    None
-                }
-                Some(expiry) => self.expired(owned, expiry),
-            },
+            Work::End { call, status } => self.unless_expired(owned, call, |conn, owned| {
+                conn.end_call(owned, call, &status);
+                None
+            }),
             Work::Cancel { caller, status } => self.cancel(owned, caller, status),
             Work::Consumed { stream, bytes } => {
                 owned.core.consumed(stream.id(), bytes);

@@ -424,29 +424,13 @@ async fn serve_call(
     // which clients report as the call's failure rather than as their stream's.
     let mut headers = None;
     let peeked = loop {
-        let next = poll_fn(|cx| {
-            if let Poll::Ready(item) = call.out.poll_recv(cx) {
-                return Poll::Ready(Some(item));
-            }
-            match expiry.as_mut().map(|e| e.as_mut().poll(cx)) {
-                Some(Poll::Ready(())) => Poll::Ready(None),
-                _ => Poll::Pending,
-            }
-        })
-        .await;
-        match next {
+        match poll_fn(|cx| poll_next(&call, &mut expiry, cx)).await {
             // Later ones are dropped (`GrpcCall::headers` lets one through).
-            Some(Some(Outbound::Headers(sent))) => {
+            Next::Out(Outbound::Headers(sent)) => {
                 headers.get_or_insert(sent);
             }
-            // The handler answered past the deadline, before the timer fired: the deadline
-            // came first all the same.
-            Some(Some(Outbound::Message(_) | Outbound::End(_))) if past(&expiry) => {
-                guard.expire();
-                return trailers_only(deadline_exceeded());
-            }
-            Some(Some(Outbound::Message(message))) => break message,
-            Some(Some(Outbound::End(status))) => {
+            Next::Out(Outbound::Message(message)) => break message,
+            Next::Out(Outbound::End(status)) => {
                 guard.finish();
                 let mut response = trailers_only(status);
                 if let Some(headers) = headers {
@@ -454,11 +438,11 @@ async fn serve_call(
                 }
                 return response;
             }
-            Some(None) => {
+            Next::Closed => {
                 guard.finish();
                 return trailers_only(Status::internal("the call ended without a status"));
             }
-            None => {
+            Next::Expired => {
                 guard.expire();
                 return trailers_only(deadline_exceeded());
             }
@@ -618,12 +602,38 @@ impl Drop for CallGuard {
     }
 }
 
-/// Whether the call's deadline passed: a message or status the handler hands over after it
-/// does not go out, however late the timer fires (as on this framework's own protocol).
-fn past(expiry: &Option<Pin<Box<tokio::time::Sleep>>>) -> bool {
-    expiry
-        .as_ref()
-        .is_some_and(|e| e.deadline() <= tokio::time::Instant::now())
+/// What the handler hands over next, or that the call's deadline came first.
+enum Next {
+    Out(Outbound),
+    /// The handler's side ended without a status.
+    Closed,
+    Expired,
+}
+
+/// The handler's next item, or [`Next::Expired`] once the call's deadline passed: when its
+/// timer fires, or when a message or status comes after it (it does not go out, however late
+/// the timer fires, as on this framework's own protocol).
+fn poll_next(
+    call: &GrpcCall,
+    expiry: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    cx: &mut Context<'_>,
+) -> Poll<Next> {
+    if let Poll::Ready(item) = call.out.poll_recv(cx) {
+        let past = || {
+            expiry
+                .as_ref()
+                .is_some_and(|e| e.deadline() <= tokio::time::Instant::now())
+        };
+        return Poll::Ready(match item {
+            Some(Outbound::Message(_) | Outbound::End(_)) if past() => Next::Expired,
+            Some(item) => Next::Out(item),
+            None => Next::Closed,
+        });
+    }
+    match expiry.as_mut().map(|e| e.as_mut().poll(cx)) {
+        Some(Poll::Ready(())) => Poll::Ready(Next::Expired),
+        _ => Poll::Pending,
+    }
 }
 
 /// The response body: the call's messages, then its status as trailers. Dropped before its
@@ -678,41 +688,21 @@ impl http_body::Body for FaceBody {
             return Poll::Ready(None);
         };
         loop {
-            match call.out.poll_recv(cx) {
-                Poll::Ready(Some(Outbound::Message(_) | Outbound::End(_)))
-                    if past(&this.expiry) =>
-                {
-                    call.shared().cancel(deadline_exceeded());
-                    return Poll::Ready(Some(Ok(Frame::trailers(
-                        this.finish(&deadline_exceeded()),
-                    ))));
-                }
-                Poll::Ready(Some(Outbound::Message(message))) => {
+            let status = match poll_next(&call, &mut this.expiry, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Next::Out(Outbound::Message(message))) => {
                     taken(&call);
                     return Poll::Ready(Some(Ok(Frame::data(message))));
                 }
-                Poll::Ready(Some(Outbound::Headers(_))) => continue,
-                Poll::Ready(Some(Outbound::End(status))) => {
-                    return Poll::Ready(Some(Ok(Frame::trailers(this.finish(&status)))));
-                }
-                Poll::Ready(None) => {
-                    let status = Status::internal("the call ended without a status");
-                    return Poll::Ready(Some(Ok(Frame::trailers(this.finish(&status)))));
-                }
-                Poll::Pending => {
-                    let expired = this
-                        .expiry
-                        .as_mut()
-                        .is_some_and(|e| e.as_mut().poll(cx).is_ready());
-                    if !expired {
-                        return Poll::Pending;
-                    }
+                Poll::Ready(Next::Out(Outbound::Headers(_))) => continue,
+                Poll::Ready(Next::Out(Outbound::End(status))) => status,
+                Poll::Ready(Next::Closed) => Status::internal("the call ended without a status"),
+                Poll::Ready(Next::Expired) => {
                     call.shared().cancel(deadline_exceeded());
-                    return Poll::Ready(Some(Ok(Frame::trailers(
-                        this.finish(&deadline_exceeded()),
-                    ))));
+                    deadline_exceeded()
                 }
-            }
+            };
+            return Poll::Ready(Some(Ok(Frame::trailers(this.finish(&status)))));
         }
     }
 
