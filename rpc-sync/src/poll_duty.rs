@@ -60,6 +60,8 @@ fn field(s: u64, at: u32) -> u64 {
 ///   thread back (`true`: the caller wakes it).
 /// - A standing-back poller thread that saw nobody drive during a tick stops standing back
 ///   ([`PollDuty::tick`]).
+/// - A poller thread with no call counted may stand back ([`PollDuty::stand_back_idle`]):
+///   an idle client's poller parks between its ticks instead of waking every tick.
 /// - A poller thread with no call with a deadline outstanding sleeps on the queue for long
 ///   ([`PollDuty::idle_wait`]; completions wake it); a call with a deadline that starts
 ///   meanwhile calls it back, so that its deadline is looked at every tick.
@@ -282,15 +284,30 @@ impl PollDuty {
     }
 
     /// The standing-back poller thread's look once per tick: if nobody started driving
-    /// since its last look, it stops standing back.
-    pub fn tick(&self) {
+    /// since its last look, it stops standing back. Returns whether somebody drove.
+    pub fn tick(&self) -> bool {
         self.update(|s| {
             if s & DROVE != 0 {
-                (s & !DROVE, ())
+                (s & !DROVE, true)
             } else {
-                (s & !STANDING_BACK, ())
+                (s & !STANDING_BACK, false)
             }
-        });
+        })
+    }
+
+    /// The poller thread of a client with no call outstanding stands back (it parks rather
+    /// than wait on a queue that callers sleep on too, where it cannot sleep long). `true`
+    /// if it does: nobody drives and no call is counted. A call counted from then on finds
+    /// it standing back, as after a driver's call: a waiter or a stream calls it back.
+    #[inline]
+    pub fn stand_back_idle(&self) -> bool {
+        self.update(|s| {
+            if s & DRIVING == 0 && field(s, CALLS) == 0 {
+                (s | STANDING_BACK, true)
+            } else {
+                (s, false)
+            }
+        })
     }
 }
 
@@ -327,5 +344,33 @@ mod tests {
         let back = duty.call_started(false, true);
         assert!(back.unpark && !back.ring, "{back:?}");
         assert_eq!(duty.call_started(false, false), CallBack::default());
+    }
+
+    #[test]
+    fn an_idle_poller_stands_back_only_with_no_call_and_a_waiter_calls_it_back() {
+        let duty = PollDuty::new(true);
+        duty.call_started(false, false);
+        assert!(!duty.stand_back_idle(), "a call is outstanding");
+        duty.call_finished(false, false);
+        assert!(duty.stand_back_idle());
+        assert!(duty.is_standing_back());
+        // A blocking caller drives without waking it; one that waits calls it back.
+        duty.call_started(false, false);
+        assert!(duty.start_driving());
+        assert!(!duty.stand_back_idle(), "a caller drives");
+        assert!(!duty.stop_driving(true));
+        duty.call_finished(false, false);
+        duty.call_started(false, false);
+        assert!(
+            duty.begin_waiting(),
+            "the waiter wakes the poller standing back"
+        );
+        assert!(!duty.is_standing_back());
+        duty.end_waiting();
+        duty.call_finished(false, false);
+        // A stream opening calls it back too.
+        assert!(duty.stand_back_idle());
+        assert!(duty.call_started(true, false).unpark);
+        assert!(!duty.is_standing_back());
     }
 }

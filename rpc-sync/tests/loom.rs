@@ -257,6 +257,35 @@ fn poll_duty_never_strands_a_waiter() {
     });
 }
 
+/// An idle client's poller thread stands back while a caller starts a call and waits for
+/// it without driving: the poller stands back only if it saw no call, and then the waiter
+/// calls it back; it is never left standing back with the waiter counted.
+#[test]
+fn poll_duty_an_idle_poller_never_strands_a_waiter() {
+    use rpc_sync::PollDuty;
+    loom::model(|| {
+        let duty = Arc::new(PollDuty::new(true));
+        let d = Arc::clone(&duty);
+        let waiter = thread::spawn(move || {
+            d.call_started(false, false);
+            d.begin_waiting()
+        });
+        let stood_back = duty.stand_back_idle();
+        let woke = waiter.join().unwrap();
+        assert_eq!(
+            stood_back, woke,
+            "the waiter wakes exactly a poller that stood back"
+        );
+        assert!(
+            !duty.is_standing_back(),
+            "the poller stands back while a caller waits without driving"
+        );
+        duty.end_waiting();
+        duty.call_finished(false, false);
+        assert!(duty.stand_back_idle(), "idle again");
+    });
+}
+
 /// A stream opens while a stream reader whose message came stands the poller back: the
 /// poller thread is never left standing back with two streams open.
 #[test]

@@ -33,6 +33,10 @@ const DRIVER_NAP: Duration = Duration::from_millis(10);
 const POLL_BATCH: usize = 32;
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
+/// A client's poller thread on a queue that needs polling (verbs, memory) stands back once
+/// it saw no work and no call for this long ([`rpc_sync::PollDuty::stand_back_idle`]): calls closer
+/// together than this find it where they always did.
+const IDLE_STAND_BACK: Duration = Duration::from_millis(10);
 /// How long an idle server sleeps at most while a call's deadline is watched: its calls end
 /// within about this much of their deadline (a busy server looks every `DEADLINE_TICK`).
 const SERVER_DEADLINE_TICK: Duration = Duration::from_millis(10);
@@ -525,13 +529,17 @@ impl Endpoint {
                 let now = Instant::now();
                 // A caller may drive for long (a window of calls kept full): pings still go.
                 self.tick(now, &mut next_tick, &mut next_conn_tick);
-                if standing_back && !self.duty.is_driving() {
+                let mut active = self.duty.is_driving();
+                if standing_back && !active {
                     // What came while the reader was busy with its messages; a reader that
                     // did not wait for one during a whole tick is not polling any more.
-                    self.poll_once();
-                    self.duty.tick();
+                    let polled = self.poll_once().unwrap_or(0);
+                    active = self.duty.tick() || polled > 0;
                 }
-                last_work = now;
+                // The nap of an idle client's poller is no work: it does not spin after it.
+                if active {
+                    last_work = now;
+                }
                 continue;
             }
             // One clock read per batch: the batch's frames and the ticks below share it.
@@ -577,6 +585,16 @@ impl Endpoint {
                 // Not where callers sleep on the queue too (verbs, memory): one of them could
                 // take the ring meant for this thread.
                 Role::Client if !self.cq.needs_polling() && self.duty.idle_wait() => (long, true),
+                // There, a client with no call for a while stands back instead: it parks
+                // between its connections' ticks (a caller that waits without driving, or a
+                // stream, calls it back) rather than wake every tick for nothing.
+                Role::Client
+                    if self.cq.needs_polling()
+                        && idle_since >= IDLE_STAND_BACK
+                        && self.duty.stand_back_idle() =>
+                {
+                    continue
+                }
                 Role::Client => (DEADLINE_TICK, false),
                 Role::Server if self.counters.deadlines_watched() => (SERVER_DEADLINE_TICK, false),
                 Role::Server => (long, false),
