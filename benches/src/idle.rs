@@ -30,6 +30,10 @@ const STARTUP: Duration = Duration::from_secs(15);
 pub struct IdleResult {
     /// The server's CPU time over the idle period, as a percentage of one CPU.
     pub cpu_percent: f64,
+    /// This process's (the idle clients') CPU time over the same period, in % of one CPU.
+    pub clients_cpu_percent: f64,
+    /// How often the clients' poller threads woke (slept again), per second, all together.
+    pub client_poller_wakeups_per_second: f64,
     /// Open connections.
     pub connections: usize,
     /// The idle period asked for, in seconds.
@@ -40,8 +44,12 @@ impl IdleResult {
     /// The one-line JSON object.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"idle_server_cpu_percent\":{:.3},\"connections\":{},\"seconds\":{}}}",
-            self.cpu_percent, self.connections, self.seconds
+            "{{\"idle_server_cpu_percent\":{:.3},\"idle_clients_cpu_percent\":{:.3},\"idle_client_poller_wakeups_per_second\":{:.1},\"connections\":{},\"seconds\":{}}}",
+            self.cpu_percent,
+            self.clients_cpu_percent,
+            self.client_poller_wakeups_per_second,
+            self.connections,
+            self.seconds
         )
     }
 }
@@ -139,6 +147,29 @@ pub(crate) fn spawn_ours_server(ip: &str, extra: &[&str]) -> Result<(String, Chi
     Ok((addr, ChildGuard(child)))
 }
 
+/// Sleeps (voluntary context switches: each a wake-up after) of this process's client poller
+/// threads so far (`rpc-poller-client`, cut to 15 bytes in `/proc`); 0 where `/proc` cannot
+/// be read.
+fn client_poller_sleeps() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with("rpc-poller-clie"))
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// Runs the measurement.
 pub fn run(args: &IdleArgs) -> Result<IdleResult, String> {
     let (addr, mut child) =
@@ -172,10 +203,13 @@ pub fn run(args: &IdleArgs) -> Result<IdleResult, String> {
 
     std::thread::sleep(SETTLE);
     let ticks_per_s = clock_ticks_per_second();
-    let before = cpu_ticks(pid)?;
+    let own = std::process::id();
+    let (before, own_before, sleeps_before) =
+        (cpu_ticks(pid)?, cpu_ticks(own)?, client_poller_sleeps());
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    let after = cpu_ticks(pid)?;
+    let (after, own_after, sleeps_after) =
+        (cpu_ticks(pid)?, cpu_ticks(own)?, client_poller_sleeps());
     let wall = start.elapsed().as_secs_f64();
     if let Ok(Some(status)) = child.0.try_wait() {
         return Err(format!(
@@ -184,9 +218,11 @@ pub fn run(args: &IdleArgs) -> Result<IdleResult, String> {
     }
     drop(clients);
 
-    let cpu_seconds = after.saturating_sub(before) as f64 / ticks_per_s;
+    let percent = |ticks: u64| ticks as f64 / ticks_per_s / wall * 100.0;
     Ok(IdleResult {
-        cpu_percent: cpu_seconds / wall * 100.0,
+        cpu_percent: percent(after.saturating_sub(before)),
+        clients_cpu_percent: percent(own_after.saturating_sub(own_before)),
+        client_poller_wakeups_per_second: sleeps_after.saturating_sub(sleeps_before) as f64 / wall,
         connections: args.connections,
         seconds: args.seconds,
     })
