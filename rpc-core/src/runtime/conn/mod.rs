@@ -417,10 +417,13 @@ impl Conn {
                 trailers,
             } => {
                 self.take_reposted(owned);
-                self.unless_expired(owned, call, |conn, owned| {
-                    conn.reply(owned, call, frame, headers, trailers);
-                    None
-                })
+                match self.expired_answer(owned, call) {
+                    Some(expired) => expired,
+                    None => {
+                        self.reply(owned, call, frame, headers, trailers);
+                        None
+                    }
+                }
             }
             work => {
                 self.take_reposted(owned);
@@ -461,9 +464,10 @@ impl Conn {
             }
             Work::Send { stream, frame } => {
                 // A server's stream message past the call's deadline is not sent either.
-                self.unless_expired(owned, stream.id(), |conn, owned| {
-                    conn.send_stream(owned, stream, frame)
-                })
+                match self.expired_answer(owned, stream.id()) {
+                    Some(expired) => expired,
+                    None => self.send_stream(owned, stream, frame),
+                }
             }
             Work::HalfClose(stream) => {
                 self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
@@ -473,10 +477,13 @@ impl Conn {
                 let _ = self.post_result(owned.core.send(call, frame, 0, 0));
                 None
             }
-            Work::End { call, status } => self.unless_expired(owned, call, |conn, owned| {
-                conn.end_call(owned, call, &status);
-                None
-            }),
+            Work::End { call, status } => match self.expired_answer(owned, call) {
+                Some(expired) => expired,
+                None => {
+                    self.end_call(owned, call, &status);
+                    None
+                }
+            },
             Work::Cancel { caller, status } => self.cancel(owned, caller, status),
             Work::Consumed { stream, bytes } => {
                 owned.core.consumed(stream.id(), bytes);

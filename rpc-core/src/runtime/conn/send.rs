@@ -211,20 +211,14 @@ impl Conn {
         }
     }
 
-    /// Runs `answer` (a server's reply, stream message or status for `call`) unless the
-    /// call's deadline passed: then the call ends as its timer would end it (PROTOCOL.md
-    /// §12.1), however late the timer runs. The clock is read only for a call with a deadline.
+    /// What a server's answer for `call` (its reply, a stream message or its status) finds
+    /// if the call's deadline passed: the call ended as its timer would end it (PROTOCOL.md
+    /// §12.1), however late the timer runs, and the answer does not go out. `None`: it goes.
+    /// The clock is read only for a call with a deadline.
     #[inline(always)]
-    pub(super) fn unless_expired(
-        &self,
-        owned: &mut Owned,
-        call: u64,
-        answer: impl FnOnce(&Self, &mut Owned) -> Option<Delivery>,
-    ) -> Option<Delivery> {
-        match owned.core.expire_if_past(call, Instant::now) {
-            None => answer(self, owned),
-            Some(expiry) => self.expired(owned, expiry),
-        }
+    pub(super) fn expired_answer(&self, owned: &mut Owned, call: u64) -> Option<Option<Delivery>> {
+        let expiry = owned.core.expire_if_past(call, Instant::now)?;
+        Some(self.expired(owned, expiry))
     }
 
     /// Server: a call that the handler's reply or status found past its deadline
