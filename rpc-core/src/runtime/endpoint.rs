@@ -478,6 +478,17 @@ impl Endpoint {
         }
     }
 
+    /// Whether the poller thread's spin after work may catch what comes next. Not for a
+    /// client with at most one call outstanding on a queue that needs polling (verbs,
+    /// in-memory links): its caller polls for that call itself (a blocking caller drives, a
+    /// future drives briefly first), and a reply that outlasts that wakes this thread on the
+    /// queue. Its spin only took the CPU the woken caller needed: on 2 CPUs, with the
+    /// server's poller spinning too, an async caller's p50 went from about 200 µs to 1–2 ms
+    /// in some runs (BENCHMARKS.md).
+    fn spin_pays(&self) -> bool {
+        self.role == Role::Server || !self.cq.needs_polling() || self.duty.calls_outstanding() > 1
+    }
+
     fn wake_the_poller(&self) {
         if let Some(t) = self.poller_thread.get() {
             rpc_sync::woke_a_thread();
@@ -571,7 +582,7 @@ impl Endpoint {
             if n == POLL_BATCH {
                 continue;
             }
-            if (!self.idle_spin.is_zero() && idle_since < self.idle_spin)
+            if (!self.idle_spin.is_zero() && idle_since < self.idle_spin && self.spin_pays())
                 || self.adoption_pending.is_raised()
             {
                 std::hint::spin_loop();
