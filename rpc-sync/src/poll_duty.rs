@@ -70,9 +70,12 @@ fn field(s: u64, at: u32) -> u64 {
 /// stream is open, once their call is counted: whoever makes the two meet (a waiter or
 /// stream arriving, a driver standing the poller back) sees the other in the same word and
 /// calls the poller back (the loom model `poll_duty_never_strands_a_waiter`). Two callers
-/// never drive at once. A poller thread never sleeps long while a call with a deadline is
-/// counted: it sees the call, or the call sees it asleep and rings (the loom model
-/// `poll_duty_wakes_an_idle_poller_for_a_deadline`).
+/// never drive at once. A poller thread never sleeps long on the queue while a call with a
+/// deadline is counted: it sees the call, or the call sees it asleep and rings (the loom
+/// model `poll_duty_wakes_an_idle_poller_for_a_deadline`). A poller thread that stands back
+/// is parked until its next tick: a future with a deadline that starts meanwhile and that
+/// nobody polls yet has its deadline looked at from then on (whoever waits for it calls the
+/// poller back at once).
 #[derive(Debug)]
 pub struct PollDuty {
     word: AtomicU64,

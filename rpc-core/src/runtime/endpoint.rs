@@ -33,9 +33,8 @@ const DRIVER_NAP: Duration = Duration::from_millis(10);
 const POLL_BATCH: usize = 32;
 /// How often outstanding calls are checked against their deadlines.
 const DEADLINE_TICK: Duration = Duration::from_millis(1);
-/// A client's poller thread on a queue that needs polling (verbs, memory) stands back once
-/// it saw no work and no call for this long ([`rpc_sync::PollDuty::stand_back_idle`]): calls closer
-/// together than this find it where they always did.
+/// A client's poller on a polled queue (verbs, memory) stands back after this long without
+/// work or calls (`PollDuty::stand_back_idle`); closer calls find it where they always did.
 const IDLE_STAND_BACK: Duration = Duration::from_millis(10);
 /// How long an idle server sleeps at most while a call's deadline is watched: its calls end
 /// within about this much of their deadline (a busy server looks every `DEADLINE_TICK`).
@@ -260,6 +259,8 @@ impl Endpoint {
     pub(crate) fn stop(&self) {
         self.stop.raise();
         self.cq.wake();
+        // A client's poller may be parked (standing back) rather than on the queue.
+        self.wake_the_poller();
     }
 
     fn retire(&self, id: LinkId) -> Option<Arc<Conn>> {
@@ -478,15 +479,15 @@ impl Endpoint {
         }
     }
 
-    /// Whether the poller thread's spin after work may catch what comes next. Not for a
-    /// client with at most one call outstanding on a queue that needs polling (verbs,
-    /// in-memory links): its caller polls for that call itself (a blocking caller drives, a
-    /// future drives briefly first), and a reply that outlasts that wakes this thread on the
-    /// queue. Its spin only took the CPU the woken caller needed: on 2 CPUs, with the
-    /// server's poller spinning too, an async caller's p50 went from about 200 µs to 1–2 ms
-    /// in some runs (BENCHMARKS.md).
+    /// Whether the poller's spin after work may catch what comes next: not for a client
+    /// with one unary call at most and no stream on a polled queue (verbs, in-memory), whose
+    /// caller polls for its call; the spin took the CPU of the caller it woke (an async p50
+    /// of 200 µs became 1–2 ms on 2 CPUs in some runs, BENCHMARKS.md).
     fn spin_pays(&self) -> bool {
-        self.role == Role::Server || !self.cq.needs_polling() || self.duty.calls_outstanding() > 1
+        self.role == Role::Server
+            || !self.cq.needs_polling()
+            || self.duty.calls_outstanding() > 1
+            || self.duty.streams_open() > 0
     }
 
     fn wake_the_poller(&self) {
@@ -532,21 +533,25 @@ impl Endpoint {
                 // stream, calls it back (`PollDuty`). Otherwise the other calls' deadlines
                 // are looked at every tick.
                 let nap = if self.duty.calls_outstanding() <= 1 && self.duty.streams_open() == 0 {
-                    conn_tick_every.map_or(MAX_SLEEP, |t| t.min(MAX_SLEEP))
+                    // Until the connections' next tick, not an interval from the last look.
+                    next_conn_tick.map_or(MAX_SLEEP, |at| {
+                        at.saturating_duration_since(Instant::now())
+                            .clamp(DEADLINE_TICK, MAX_SLEEP)
+                    })
                 } else {
                     DEADLINE_TICK
                 };
                 rpc_sync::park_timeout(nap);
                 let now = Instant::now();
-                // A caller may drive for long (a window of calls kept full): pings still go.
-                self.tick(now, &mut next_tick, &mut next_conn_tick);
                 let mut active = self.duty.is_driving();
                 if standing_back && !active {
-                    // What came while the reader was busy with its messages; a reader that
-                    // did not wait for one during a whole tick is not polling any more.
+                    // What came meanwhile (before the tick, which then counts a PONG of the
+                    // nap); a reader that did not wait during a whole tick polls no more.
                     let polled = self.poll_once().unwrap_or(0);
                     active = self.duty.tick() || polled > 0;
                 }
+                // A caller may drive for long (a window of calls kept full): pings still go.
+                self.tick(now, &mut next_tick, &mut next_conn_tick);
                 // The nap of an idle client's poller is no work: it does not spin after it.
                 if active {
                     last_work = now;

@@ -191,7 +191,9 @@ impl ClientBuilder {
     }
 
     /// How long the poller busy-polls after the last completion before it sleeps
-    /// (default 1 ms, or `RPC_IDLE_SPIN_US`; an idle endpoint sleeps and costs no CPU).
+    /// (default 1 ms, or `RPC_IDLE_SPIN_US`; an idle endpoint sleeps and costs no CPU). Over
+    /// verbs it does not spin while at most one unary call and no stream is outstanding:
+    /// that call's caller polls for it.
     pub fn idle_spin(mut self, idle_spin: Duration) -> Self {
         self.idle_spin = idle_spin;
         self
