@@ -132,19 +132,44 @@ fn connect_when_up(
 }
 
 /// Starts `rpc-bench serve --system ours` (this executable) with `extra` arguments as a child
-/// listening on a free port of `ip`; returns its address and the child.
+/// listening on a free port of `ip`; returns its address and the child. The port is free
+/// when picked, but another socket may take it before the child binds it (the kernel hands
+/// the same ephemeral ports out again): a child that exits at once is started again on
+/// another port, up to [`BIND_ATTEMPTS`] times.
 pub(crate) fn spawn_ours_server(ip: &str, extra: &[&str]) -> Result<(String, ChildGuard), String> {
-    let port = free_port(ip)?;
-    let addr = format!("{ip}:{port}");
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let child = Command::new(exe)
-        .args(["serve", "--system", "ours", "--listen", &addr])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the server process: {e}"))?;
-    Ok((addr, ChildGuard(child)))
+    let mut failed = String::new();
+    for _ in 0..BIND_ATTEMPTS {
+        let addr = format!("{ip}:{}", free_port(ip)?);
+        let child = Command::new(&exe)
+            .args(["serve", "--system", "ours", "--listen", &addr])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start the server process: {e}"))?;
+        let mut child = ChildGuard(child);
+        match exit_at_start(&mut child.0) {
+            Some(status) => failed = format!("the server on {addr} exited at once ({status})"),
+            None => return Ok((addr, child)),
+        }
+    }
+    Err(failed)
+}
+
+/// Times [`spawn_ours_server`] starts a server whose port was taken meanwhile.
+const BIND_ATTEMPTS: usize = 5;
+
+/// The child's exit status if it exits within its first 300 ms (it failed to bind).
+fn exit_at_start(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
 }
 
 /// Sleeps (voluntary context switches: each a wake-up after) of this process's client poller
