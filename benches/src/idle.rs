@@ -172,27 +172,10 @@ fn exit_at_start(child: &mut Child) -> Option<std::process::ExitStatus> {
     None
 }
 
-/// Sleeps (voluntary context switches: each a wake-up after) of this process's client poller
-/// threads so far (`rpc-poller-client`, cut to 15 bytes in `/proc`); 0 where `/proc` cannot
-/// be read.
+/// Sleeps of this process's client poller threads so far (`rpc-poller-client`, cut to 15
+/// bytes in `/proc`); 0 where `/proc` cannot be read.
 fn client_poller_sleeps() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|name| name.starts_with("rpc-poller-clie"))
-        })
-        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        })
-        .sum()
+    crate::thread_sleeps("rpc-poller-clie").unwrap_or(0)
 }
 
 /// Runs the measurement.

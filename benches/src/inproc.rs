@@ -188,7 +188,7 @@ impl Snapshot {
     /// The counters at the start of the window: reading `/proc` allocates, so the allocation
     /// count is read after it, and outside the window.
     fn start(allocations: Option<fn() -> u64>) -> Snapshot {
-        let sleeps = sleeps();
+        let sleeps = crate::thread_sleeps("");
         Snapshot {
             wakeups: rpc_core::wakeups_issued(),
             verbs: rpc_core::transport::verbs::verbs_stats(),
@@ -204,7 +204,7 @@ impl Snapshot {
             allocations,
             wakeups: rpc_core::wakeups_issued(),
             verbs: rpc_core::transport::verbs::verbs_stats(),
-            sleeps: sleeps(),
+            sleeps: crate::thread_sleeps(""),
         }
     }
 }
@@ -251,20 +251,6 @@ impl Calls<'_> {
             }
         }
     }
-}
-
-/// Voluntary context switches of every thread of this process so far: each is a thread
-/// going to sleep (and someone waking it). `None` where `/proc` cannot be read.
-fn sleeps() -> Option<u64> {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let status = std::fs::read_to_string(task.ok()?.path().join("status")).ok()?;
-        let line = status
-            .lines()
-            .find(|l| l.starts_with("voluntary_ctxt_switches:"))?;
-        total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
-    }
-    Some(total)
 }
 
 /// What an application's call usually carries: a deadline, a request id and a credential.

@@ -86,3 +86,27 @@ pub mod echo_async {
 pub mod tonic_echo {
     include!(concat!(env!("OUT_DIR"), "/tonic/echo.rs"));
 }
+
+/// Voluntary context switches (each a thread going to sleep, and a wake-up after) so far of
+/// this process's threads whose name starts with `prefix` (all of them for `""`; `/proc`
+/// cuts names to 15 bytes). A thread that exits during the walk is skipped; `None` where
+/// `/proc` cannot be read.
+pub fn thread_sleeps(prefix: &str) -> Option<u64> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let sleeps = tasks
+        .flatten()
+        .filter(|task| {
+            prefix.is_empty()
+                || std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|name| name.starts_with(prefix))
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .sum();
+    Some(sleeps)
+}

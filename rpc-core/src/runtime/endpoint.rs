@@ -7,13 +7,11 @@
 //! call deadline, so futures time out without a timer thread.
 
 use foldhash::{HashMap, HashMapExt};
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rpc_sync::{Exclusive, Flag, Mutex, PollDuty, Runnable, RwLock};
+use rpc_sync::{Exclusive, Flag, Mutex, PollDuty, RwLock};
 
 use super::conn::{Conn, ConnTimeouts, Work};
 use super::port::Dispatch;
@@ -25,6 +23,9 @@ use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 mod calls;
 mod ticks;
+mod woken_inline;
+
+pub(crate) use woken_inline::run_on_this_poller;
 
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// The longest a caller driving the queue sleeps on it before it looks at its call again.
@@ -298,10 +299,10 @@ impl Endpoint {
         if self.role != Role::Server {
             return self.poll_completions(clock);
         }
-        let outermost = WOKEN_INLINE.with(|w| !w.polling.replace(true));
+        let outermost = woken_inline::begin_polling();
         let n = self.poll_completions(clock);
         if outermost {
-            run_woken_inline();
+            woken_inline::run_woken_inline();
         }
         n
     }
@@ -398,8 +399,7 @@ impl Endpoint {
         deadline: Option<Instant>,
         ready: impl Fn() -> bool,
     ) -> bool {
-        let on_a_poller = || WOKEN_INLINE.try_with(|w| w.polling.get()).unwrap_or(false);
-        if !spin.is_zero() && on_a_poller() {
+        if !spin.is_zero() && woken_inline::on_a_poller() {
             return ready();
         }
         self.drive_then(spin, deadline, ready, false)
@@ -712,73 +712,11 @@ impl Driver for Endpoint {
             }
         }
     }
-}
 
-/// Handler tasks of inline methods ([`crate::Execution::Inline`]) woken while this thread
-/// polls a server's completion queue: it runs them itself once it let go of the queue, as it
-/// runs those methods' handlers, instead of handing them to the worker pool (a wake-up of
-/// another thread each). A streaming handler whose sends wait for credits or window resumes
-/// on the thread that received them. Bounded as the pool's queue is: a task is queued at
-/// most once at a time.
-struct WokenInline {
-    /// This thread is inside a server's `poll_once` (the outermost one drains `tasks`).
-    polling: Cell<bool>,
-    tasks: RefCell<VecDeque<Arc<dyn Runnable>>>,
-}
-
-thread_local! {
-    static WOKEN_INLINE: WokenInline = const {
-        WokenInline {
-            polling: Cell::new(false),
-            tasks: RefCell::new(VecDeque::new()),
-        }
-    };
-}
-
-/// Takes `task` to run on this thread if it is polling a server's completions; gives it back
-/// otherwise.
-pub(crate) fn run_on_this_poller(task: Arc<dyn Runnable>) -> Result<(), Arc<dyn Runnable>> {
-    WOKEN_INLINE.with(|w| {
-        if w.polling.get() {
-            w.tasks.borrow_mut().push_back(task);
-            Ok(())
-        } else {
-            Err(task)
-        }
-    })
-}
-
-/// Runs the tasks [`run_on_this_poller`] took (and those they wake), then stops taking more;
-/// the frames they send go out together at the end (see [`super::held_sends::holding_sends`]).
-fn run_woken_inline() {
-    let none = WOKEN_INLINE.with(|w| {
-        let none = w.tasks.borrow().is_empty();
-        if none {
-            w.polling.set(false);
-        }
-        none
-    });
-    if !none {
-        super::held_sends::holding_sends(run_woken_tasks);
-    }
-}
-
-fn run_woken_tasks() {
-    loop {
-        let next = WOKEN_INLINE.with(|w| {
-            let task = w.tasks.borrow_mut().pop_front();
-            if task.is_none() {
-                w.polling.set(false);
-            }
-            task
-        });
-        match next {
-            Some(task) => {
-                rpc_sync::assert_unlocked("running a handler task");
-                task.run();
-            }
-            None => return,
-        }
+    fn link_closed(&self) {
+        // Unconditionally (closes are rare): a poller that is not parked takes the unpark at
+        // its next park, which then returns at once for one early look.
+        self.wake_the_poller();
     }
 }
 

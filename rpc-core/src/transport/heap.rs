@@ -109,6 +109,15 @@ impl ChannelCq {
             rpc_sync::woke_a_thread();
         }
     }
+
+    /// Adds the `Closed` of a link, wakes the poller if it sleeps on the queue, and tells
+    /// the endpoint ([`Driver::link_closed`]): its poller may sleep elsewhere.
+    pub(crate) fn push_closed(&self, link: LinkId, reason: String) {
+        self.push(Completion::Closed { link, reason });
+        if let Some(driver) = self.driver.get().and_then(Weak::upgrade) {
+            driver.link_closed();
+        }
+    }
 }
 
 impl CompletionQueue for ChannelCq {

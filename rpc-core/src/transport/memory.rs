@@ -26,10 +26,7 @@ struct MemoryLink {
 impl MemoryLink {
     fn report_closed(&self, reason: &str) {
         if self.closed.raise() {
-            self.cq.push(Completion::Closed {
-                link: self.parts.id,
-                reason: reason.to_string(),
-            });
+            self.cq.push_closed(self.parts.id, reason.to_string());
         }
     }
 

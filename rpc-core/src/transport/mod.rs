@@ -136,9 +136,11 @@ pub trait CompletionQueue: Send + Sync + 'static {
     fn wait(&self, timeout: Option<Duration>);
     /// Wakes a thread sleeping in [`CompletionQueue::wait`].
     fn wake(&self);
-    /// Registers the endpoint that owns this queue, for transports whose completions are
-    /// produced by threads of their own (the TCP I/O thread): such a thread may then handle
-    /// what it produced itself instead of waking the poller. Default: ignored.
+    /// Registers the endpoint that owns this queue: for transports whose completions are
+    /// produced by threads of their own (the TCP I/O thread), such a thread may then handle
+    /// what it produced itself instead of waking the poller; transports whose links are
+    /// closed by other threads (a peer, the verbs connection manager) tell it through
+    /// [`Driver::link_closed`]. Default: ignored.
     fn set_driver(&self, _driver: std::sync::Weak<dyn Driver>) {}
     /// Whether completions show up only when a thread of the endpoint polls for them (verbs:
     /// the device's queue; in-memory links: what peers pushed), rather than being handled by
@@ -154,11 +156,17 @@ pub trait CompletionQueue: Send + Sync + 'static {
     }
 }
 
-/// Polls and handles an endpoint's completions on the calling thread.
+/// The endpoint that owns a completion queue, as its transport sees it.
 pub trait Driver: Send + Sync {
-    /// Handles completions until the queue is empty and returns `true`; returns `false` at
-    /// once if another thread is polling (which then re-checks the queue before it stops).
+    /// Polls and handles completions on the calling thread until the queue is empty and
+    /// returns `true`; returns `false` at once if another thread is polling (which then
+    /// re-checks the queue before it stops).
     fn drive_once(&self) -> bool;
+    /// A thread other than the endpoint's queued the `Closed` of one of its links (the peer
+    /// went away, the connection manager ended it): a poller that sleeps away from the
+    /// queue (an idle client's, between its ticks) looks now, so that the next call
+    /// reconnects instead of going out on the dead link. Rare: a close each.
+    fn link_closed(&self);
 }
 
 /// A received frame sitting in its receive slot; dereferences to the frame bytes. Dropping it

@@ -22,7 +22,7 @@
 //! (made non-blocking) and the table's eventfd, which `wake` writes.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use rdma_sys::{ibv_context, ibv_wc, ibv_wc_status};
@@ -34,7 +34,7 @@ use super::link::{LinkInner, Links};
 use super::shared_pools::SharedPools;
 use super::sys::{no_device, poll_readable};
 use super::wr_id::{decode_wr_id, shared_index};
-use crate::transport::{self, Completion, CompletionQueue, RecvBuf, RecvInner};
+use crate::transport::{self, Completion, CompletionQueue, Driver, RecvBuf, RecvInner};
 use crate::Error;
 
 /// Work completions fetched per `ibv_poll_cq`.
@@ -415,5 +415,13 @@ impl CompletionQueue for VerbsCq {
 
     fn wake(&self) {
         self.shared.links.wake();
+    }
+
+    fn set_driver(&self, driver: Weak<dyn Driver>) {
+        self.shared.links.set_on_close(Box::new(move || {
+            if let Some(endpoint) = driver.upgrade() {
+                endpoint.link_closed();
+            }
+        }));
     }
 }

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use crossbeam::queue::SegQueue;
 use rpc_sync::RwLock;
@@ -33,6 +33,9 @@ pub(super) struct LinkTable<L> {
     /// Links that waited for a shared send slot: one is free now.
     send_ready: SegQueue<u32>,
     wake: EventFd,
+    /// Tells the endpoint of each queued `Closed`: its poller may sleep away from the
+    /// eventfd (an idle client's, between its ticks).
+    on_close: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl<L> LinkTable<L> {
@@ -44,6 +47,7 @@ impl<L> LinkTable<L> {
             closed: SegQueue::new(),
             send_ready: SegQueue::new(),
             wake: EventFd::new()?,
+            on_close: OnceLock::new(),
         })
     }
 
@@ -86,10 +90,19 @@ impl<L> LinkTable<L> {
         self.by_qp.read().get(&qp_num).copied()
     }
 
-    /// Queues the Closed completion of link `key` and wakes the poller.
+    /// Queues the Closed completion of link `key`, wakes the poller and tells the endpoint
+    /// (see [`LinkTable::set_on_close`]).
     pub(super) fn push_closed(&self, key: u32) {
         self.closed.push(key);
         self.wake.notify();
+        if let Some(tell) = self.on_close.get() {
+            tell();
+        }
+    }
+
+    /// Registers what tells the endpoint that a `Closed` is queued (once).
+    pub(super) fn set_on_close(&self, tell: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_close.set(tell);
     }
 
     /// The key of a link whose Closed is queued, oldest first.
