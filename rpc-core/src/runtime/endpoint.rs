@@ -21,6 +21,7 @@ use crate::protocol::Keepalive;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
 /// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
+mod caller_spin;
 mod calls;
 mod ticks;
 mod woken_inline;
@@ -85,6 +86,8 @@ pub(crate) struct Endpoint {
     duty: PollDuty,
     /// A link was registered since the last poll: completions held for it may wait.
     adoption_pending: Flag,
+    /// How long a blocking caller spins before it sleeps on the queue.
+    caller_spin: caller_spin::CallerSpin,
     poller_thread: std::sync::OnceLock<std::thread::Thread>,
     role: Role,
     dispatch: Option<Arc<dyn Dispatch>>,
@@ -151,6 +154,7 @@ impl Endpoint {
                 clock: None,
             }),
             adoption_pending: Flag::new(false),
+            caller_spin: caller_spin::CallerSpin::default(),
             poller_thread: std::sync::OnceLock::new(),
             role,
             dispatch,
@@ -365,25 +369,45 @@ impl Endpoint {
         if (spin.is_zero() && !sleeps_here) || !self.duty.start_driving() {
             return ready();
         }
-        self.poll_until(spin, deadline, 1, &ready);
-        if sleeps_here {
-            while !ready() {
-                // Bounded: the poller thread may have taken the reply in a poll it began
-                // just before this caller drove; it rings the queue then (`run`), and the
-                // bound covers a ring missed all the same.
-                let nap = match deadline {
-                    None => DRIVER_NAP,
-                    Some(d) => match d.checked_duration_since(Instant::now()) {
-                        Some(left) if !left.is_zero() => left.min(DRIVER_NAP),
-                        _ => break,
-                    },
-                };
-                self.nap_on_queue(nap, &ready);
+        // Only the client's one call adapts the spin: with others outstanding, the poller
+        // thread and their callers want the CPUs too.
+        let adapts = sleeps_here && self.duty.calls_outstanding() == 1;
+        let configured = spin;
+        let spin = match adapts {
+            true => self.caller_spin.spin(configured),
+            false => configured,
+        };
+        let started = self
+            .poll_until(spin, deadline, 1, &ready)
+            .filter(|_| adapts);
+        if sleeps_here && !ready() {
+            self.sleep_until_ready(deadline, &ready);
+            if let (Some(started), true) = (started, ready()) {
+                self.caller_spin.came_after(started.elapsed(), spin);
             }
+        } else if started.is_some() {
+            self.caller_spin.came_within(spin, configured);
         }
         let ready = ready();
         self.stop_driving(ready);
         ready
+    }
+
+    /// A blocking caller, the driver, sleeps on the queue until `ready()` or `deadline`.
+    fn sleep_until_ready(&self, deadline: Option<Instant>, ready: &impl Fn() -> bool) {
+        while !ready() {
+            // Bounded: the poller thread may have taken the reply in a poll it began
+            // just before this caller drove; it rings the queue then (`run`), and the
+            // bound covers a ring missed all the same.
+            let nap = match deadline {
+                None => DRIVER_NAP,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.min(DRIVER_NAP),
+                    _ => break,
+                },
+            };
+            self.nap_on_queue(nap, ready);
+        }
     }
 
     /// [`Endpoint::drive`] for a future's first poll: the busy polling for up to `spin`
@@ -440,18 +464,20 @@ impl Endpoint {
         while !ready() && self.poll_once().is_some_and(|n| n > 0) {}
     }
 
-    /// Polls, as the driver, until `ready()` or `spin` (or `deadline`) passes.
+    /// Polls, as the driver, until `ready()` or `spin` (or `deadline`) passes; when it
+    /// started (`None`: `spin` is zero, nothing polled).
     fn poll_until(
         &self,
         spin: Duration,
         deadline: Option<Instant>,
         clock_every: u32,
         ready: impl Fn() -> bool,
-    ) {
+    ) -> Option<Instant> {
         if spin.is_zero() {
-            return;
+            return None;
         }
-        let until = Instant::now() + spin;
+        let started = Instant::now();
+        let until = started + spin;
         let until = deadline.map_or(until, |d| d.min(until));
         let mut empty = 0u32;
         while !ready() {
@@ -464,6 +490,7 @@ impl Endpoint {
             }
             std::hint::spin_loop();
         }
+        Some(started)
     }
 
     /// The driver stops; polling goes back to the poller thread. A driver whose own call
