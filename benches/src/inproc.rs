@@ -162,7 +162,10 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
             .zip(end.allocations)
             .map(|(a, b)| per_call(b - a)),
         wakeups_per_call: per_call(end.wakeups - start.wakeups),
-        sleeps_per_call: start.sleeps.zip(end.sleeps).map(|(a, b)| per_call(b - a)),
+        sleeps_per_call: start
+            .sleeps
+            .zip(end.sleeps)
+            .map(|(a, b)| per_call(b.saturating_sub(a))),
         verbs_per_message: args.verbs.as_ref().map(|_| {
             (
                 per_message(end.verbs.posts - start.verbs.posts),

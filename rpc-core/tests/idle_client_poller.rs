@@ -2,8 +2,7 @@
 //! in-memory transport, which needs polling too) parks between its connections' ticks
 //! instead of waking every deadline tick (1 ms) for nothing, and still serves the next call
 //! of each kind at once, and learns at once that its connection closed. One test in this
-//! binary: it counts the process's client poller
-//! threads' wake-ups.
+//! binary: it counts the process's client poller threads' wake-ups.
 
 use std::time::{Duration, Instant};
 
@@ -44,7 +43,7 @@ fn echo(client: &Client, byte: u8) {
 }
 
 #[test]
-fn an_idle_client_poller_parks_between_its_ticks_and_serves_the_next_call() {
+fn an_idle_client_poller_parks_between_its_ticks_serves_the_next_call_and_sees_closes() {
     with_watchdog(Duration::from_secs(60), || {
         let mut server = Server::builder()
             .add_service(EchoService)

@@ -20,7 +20,6 @@ use crate::protocol::v2::{ConnectionMemory, MemoryBudget, Role, CALL_RECORD};
 use crate::protocol::Keepalive;
 use crate::transport::{Completion, CompletionQueue, Driver, Link, LinkId};
 
-/// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 mod caller_spin;
 mod calls;
 mod ticks;
@@ -28,6 +27,7 @@ mod woken_inline;
 
 pub(crate) use woken_inline::run_on_this_poller;
 
+/// Longest sleep without a deadline: bounds how long a missed wake-up could stall.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// The longest a caller driving the queue sleeps on it before it looks at its call again.
 const DRIVER_NAP: Duration = Duration::from_millis(10);
@@ -374,7 +374,7 @@ impl Endpoint {
         let adapts = sleeps_here && self.duty.calls_outstanding() == 1;
         let configured = spin;
         let spin = match adapts {
-            true => self.caller_spin.spin(configured),
+            true => self.caller_spin.spin(configured, self.idle_spin),
             false => configured,
         };
         let started = self
@@ -383,7 +383,8 @@ impl Endpoint {
         if sleeps_here && !ready() {
             self.sleep_until_ready(deadline, &ready);
             if let (Some(started), true) = (started, ready()) {
-                self.caller_spin.came_after(started.elapsed(), spin);
+                self.caller_spin
+                    .came_after(started.elapsed(), spin, self.idle_spin);
             }
         } else if started.is_some() {
             self.caller_spin.came_within(spin, configured);
@@ -741,9 +742,14 @@ impl Driver for Endpoint {
     }
 
     fn link_closed(&self) {
-        // Unconditionally (closes are rare): a poller that is not parked takes the unpark at
-        // its next park, which then returns at once for one early look.
-        self.wake_the_poller();
+        // Only a client's poller parks between ticks (standing back); a server's sleeps on
+        // its queue, which the transport rang. The `Closed` is queued before this unpark,
+        // and the parked poller polls after every park: unparked now, or its next park
+        // returns at once (the token is kept), it finds the `Closed`. Not made conditional
+        // on the poller standing back: it may be about to, and closes are rare.
+        if self.role == Role::Client {
+            self.wake_the_poller();
+        }
     }
 }
 

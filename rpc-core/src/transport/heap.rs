@@ -110,7 +110,7 @@ impl ChannelCq {
         }
     }
 
-    /// Adds the `Closed` of a link, wakes the poller if it sleeps on the queue, and tells
+    /// Adds the `Closed` of a link, wakes the poller if it sleeps on the queue, then tells
     /// the endpoint ([`Driver::link_closed`]): its poller may sleep elsewhere.
     pub(crate) fn push_closed(&self, link: LinkId, reason: String) {
         self.push(Completion::Closed { link, reason });

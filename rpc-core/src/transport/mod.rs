@@ -162,11 +162,12 @@ pub trait Driver: Send + Sync {
     /// returns `true`; returns `false` at once if another thread is polling (which then
     /// re-checks the queue before it stops).
     fn drive_once(&self) -> bool;
-    /// A thread other than the endpoint's queued the `Closed` of one of its links (the peer
-    /// went away, the connection manager ended it): a poller that sleeps away from the
-    /// queue (an idle client's, between its ticks) looks now, so that the next call
-    /// reconnects instead of going out on the dead link. Rare: a close each.
-    fn link_closed(&self);
+    /// The transport queued the `Closed` of one of the endpoint's links (the peer went away,
+    /// the connection manager or the endpoint ended it), possibly on a thread of its own: a
+    /// poller that sleeps away from the queue (an idle client's, between its ticks) looks
+    /// now, so that the next call reconnects instead of going out on the dead link. Rare: a
+    /// close each. Default: nothing (an endpoint whose poller sleeps only on the queue).
+    fn link_closed(&self) {}
 }
 
 /// A received frame sitting in its receive slot; dereferences to the frame bytes. Dropping it

@@ -184,10 +184,11 @@ impl ClientBuilder {
     /// so a reply within the budget costs no thread wake-up at all. Measured in one Soft-RoCE
     /// boot (`scripts/bench-spin`; BENCHMARKS.md keeps the figures): 200 µs had the lowest
     /// p50 at 1 outstanding and the highest rate at 8; 50 µs was worse than parking at once
-    /// (the caller gives up just before the reply and both threads must be woken). Where
-    /// replies keep coming just after the budget (a slow round trip), the client lengthens
-    /// it, up to 1 ms, and brings it back as they come within (docs/ARCHITECTURE.md "Who
-    /// polls").
+    /// (the caller gives up just before the reply and both threads must be woken). After a
+    /// reply that came just after the budget (within twice it: a round trip about as long),
+    /// the client lengthens it, up to 1 ms and no more than [`ClientBuilder::idle_spin`],
+    /// and brings it back as replies come within; a reply later than that puts this budget
+    /// back (docs/ARCHITECTURE.md "Who polls").
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self
