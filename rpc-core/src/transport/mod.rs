@@ -138,9 +138,9 @@ pub trait CompletionQueue: Send + Sync + 'static {
     fn wake(&self);
     /// Registers the endpoint that owns this queue: for transports whose completions are
     /// produced by threads of their own (the TCP I/O thread), such a thread may then handle
-    /// what it produced itself instead of waking the poller; transports whose links are
-    /// closed by other threads (a peer, the verbs connection manager) tell it through
-    /// [`Driver::link_closed`]. Default: ignored.
+    /// what it produced itself instead of waking the poller; transports that queue a link's
+    /// `Closed` outside the endpoint's poll (the in-memory links, the verbs link table)
+    /// tell it through [`Driver::link_closed`]. Default: ignored.
     fn set_driver(&self, _driver: std::sync::Weak<dyn Driver>) {}
     /// Whether completions show up only when a thread of the endpoint polls for them (verbs:
     /// the device's queue; in-memory links: what peers pushed), rather than being handled by
