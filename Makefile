@@ -5,7 +5,8 @@
 #   make build              cargo build --workspace
 #   make demo               the example services over TCP on this machine
 #   make demo-rdma          the same over RDMA verbs, inside the Soft-RoCE VM
-#   make test               fmt check, module check, sync check, clippy, cargo test, loom models,
+#   make test               fmt check, module check, sync check, clippy, doc links, cargo test,
+#                           loom models,
 #                           gRPC's interop cases over TCP and gRPC, the tonic port (porting/),
 #                           the VM's fallback from KVM to TCG, then
 #                           the verbs suite in the VM (one host, then two hosts)
@@ -68,7 +69,7 @@ TEST_LIST := $(TARGET_DIR)/verbs-tests.list
 
 .PHONY: setup build release demo demo-rdma test fmt-check check-modules check-sync clippy unit-test \
 	loom interop-tcp bins interop-grpc porting test-softroce-fallback test-verbs test-verbs-2hosts \
-	test-verbs-native test-list bench fuzz
+	test-verbs-native test-list bench fuzz doc-check
 
 setup:
 	scripts/setup
@@ -93,7 +94,7 @@ demo-rdma: setup release
 	$(VM) --timeout $(VM_TIMEOUT) --env ECHO_SIZE --env ECHO_CONCURRENCY --env ECHO_COUNT=$(ECHO_COUNT) -- \
 	  scripts/demo --transport verbs --addr 192.0.2.1 --bin $(TARGET_DIR)/release --counters
 
-test: setup fmt-check check-modules check-sync clippy unit-test loom interop-tcp interop-grpc \
+test: setup fmt-check check-modules check-sync clippy doc-check unit-test loom interop-tcp interop-grpc \
 	porting test-softroce-fallback \
 	test-verbs test-verbs-2hosts
 
@@ -111,6 +112,10 @@ check-sync:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
+
+# The API docs build without a warning: no broken or private intra-doc link.
+doc-check:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps $(FEATURES)
 
 unit-test:
 	$(CARGO) test --workspace $(FEATURES)

@@ -13,7 +13,7 @@
 //! [`Repeat`] stream, sent as fast as the call's flow control lets it go.
 //!
 //! Load: at outstanding 1 every call is a blocking [`EchoClient::echo`]. At outstanding N
-//! one thread keeps a window of N [`EchoClient::echo_async`] futures: it
+//! one thread keeps a window of N [`echo_client::EchoClient::echo`] futures: it
 //! [`wait`](rpc_core::ResponseFuture::wait)s for the oldest, checks it, and issues the next
 //! call. A call's latency runs from issuing it to its `wait` returning, so a reply that
 //! arrives while an older one is still awaited is charged the difference (head-of-line, as

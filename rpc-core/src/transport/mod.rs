@@ -382,9 +382,9 @@ impl SharedRings {
     /// Checks the values: a base of at least 3 (the smallest grant that cannot stall), a
     /// maximum no smaller than the base and at most 65535, room for one base per shard,
     /// 1 to 1,024 shards, a slot size a HELLO may announce, a send slot, and more SENDs in
-    /// flight per shard than its connections can keep while idle
-    /// ([`SHARED_SIGNAL_EVERY`] each, at `recv_slots / base_grant` connections), so that a
-    /// busy connection always finds one in turn.
+    /// flight per shard than its connections can keep while idle (8 each: a connection
+    /// signals every eighth SEND, at `recv_slots / base_grant` connections), so that a busy
+    /// connection always finds one in turn.
     pub fn validate(&self) -> Result<(), Error> {
         let slot_sizes = rpc_proto::frame::MIN_SLOT_SIZE..=rpc_proto::frame::MAX_SLOT_SIZE;
         let ok = self.base_grant >= rpc_proto::credit_pool::MIN_GRANT

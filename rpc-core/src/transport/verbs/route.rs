@@ -16,7 +16,7 @@ use crate::Error;
 ///
 /// No packet is sent: the route is looked up by `connect(2)` on a UDP socket. (Address
 /// resolution, which needs ARP, could fail on one lost packet and make a reachable RDMA peer
-/// look like one without RDMA; [`VerbsEndpoint::connect`] does it, with retries.)
+/// look like one without RDMA; [`super::VerbsEndpoint::connect`] does it, with retries.)
 pub fn verbs_device_for(addr: &SocketAddr) -> Result<Option<String>, Error> {
     let unavailable = |e: &Error| matches!(e, Error::TransportUnavailable { .. });
     if addr.ip().is_unspecified() {
