@@ -78,13 +78,13 @@ impl<O: Order> Pool<O> {
     }
 
     /// The next item kept (in the pool's [`Order`]), if any.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&self) -> Option<O::Item> {
         self.items.lock().get()
     }
 
     /// Keeps `item`; `false` (and the item dropped) if `bound` items are kept already.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn give(&self, item: O::Item) -> bool {
         let mut items = self.items.lock();
         if items.count() >= self.bound {

@@ -1416,6 +1416,7 @@ where
 
     /// Marks a call closed on this side; returns its data. Counting: a server stops counting
     /// it now; a client when the server ended it (now) or when its CANCEL is emitted.
+    #[inline]
     fn close_call(&mut self, id: u64) -> Option<C> {
         let call = self.calls.get_mut(&id)?;
         if call.state != State::Open {

@@ -194,6 +194,7 @@ impl Header {
     ///
     /// # Panics
     /// If `out` is shorter than [`HEADER_LEN`].
+    #[inline]
     pub fn encode(&self, out: &mut [u8]) {
         let out = &mut out[..HEADER_LEN];
         out[0..2].copy_from_slice(&MAGIC);

@@ -10,6 +10,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use rpc_sync::{assert_unlocked, Flag, Oneshot, Published, Wake};
 
+use super::service::ServedMethod;
 use super::stream::{Received, StreamShared};
 use crate::protocol::v2::Reservation;
 use crate::transport::RecvBuf;
@@ -25,7 +26,8 @@ pub(crate) struct Reply {
 /// Server: a call for a handler.
 pub(crate) struct RequestDelivery {
     pub(crate) call: u64,
-    pub(crate) method: u32,
+    /// As the server's dispatch handed it out.
+    pub(crate) method: ServedMethod,
     pub(crate) deadline: Option<Instant>,
     /// The deadline was set from the clock read for the frame that opened the call, in the
     /// step that delivers it: it cannot have passed yet, and dispatch reads no clock for it.

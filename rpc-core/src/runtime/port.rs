@@ -8,16 +8,16 @@
 use std::sync::Arc;
 
 use super::call::{Encode, RequestDelivery};
-use super::service::MethodKind;
+use super::service::ServedMethod;
 use super::stream::{Cancel, StreamShared};
 use crate::{MetadataMap, Status};
 
 /// Where requests go in: a server's services, as its connections and its gRPC face see them.
 pub(crate) trait Dispatch: Send + Sync + 'static {
-    /// The kind of method `method`, or `None` when no service has it.
-    fn kind(&self, method: u32) -> Option<MethodKind>;
-    /// The id and kind of the method at `path` (`/package.Service/Method`).
-    fn lookup(&self, path: &str) -> Option<(u32, MethodKind)>;
+    /// The method with wire id `id`, or `None` when no service has it.
+    fn method(&self, id: u32) -> Option<ServedMethod>;
+    /// The method at `path` (`/package.Service/Method`).
+    fn lookup(&self, path: &str) -> Option<ServedMethod>;
     /// Hands a request to its handler; the handler answers through `port`.
     fn serve(&self, port: Port, peer: Arc<str>, delivery: RequestDelivery);
 }

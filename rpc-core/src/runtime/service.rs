@@ -67,6 +67,18 @@ pub struct ServiceDescriptor {
     pub methods: &'static [MethodDescriptor],
 }
 
+/// A method as a server serves it: its wire id, its kind, and the index of its route. A
+/// connection looks a method up by id once and keeps it for the calls that follow, which
+/// then reach their handler by index: no hashing per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServedMethod {
+    /// The wire id ([`method_id`] of its path).
+    pub(crate) id: u32,
+    pub(crate) kind: MethodKind,
+    /// Where the server's dispatch (`port::Dispatch`) that handed it out keeps its route.
+    pub(crate) route: u32,
+}
+
 /// The wire id of a method: 32-bit FNV-1a over the bytes of its gRPC path
 /// (`/package.Service/Method`). `docs/PROTOCOL.md` specifies it for third-party peers.
 pub const fn method_id(path: &str) -> u32 {

@@ -47,7 +47,7 @@ impl Reposts {
     /// peer may send into it as soon as it learns of the credit), and tells the connection
     /// if the credits due reach its threshold ([`CreditLedger::release`] answers for this
     /// very re-post, which is what the ledger's protocol relies on).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release(&self) {
         let due = self.ledger.release();
         if let Some(hook) = self.hook.get() {

@@ -132,7 +132,7 @@ impl<V> CallTable<V> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn remove(&mut self, id: &u64) -> Option<V> {
         if let Some(i) = self.slot_of(*id) {
             if matches!(&self.slots[i], Some((held, _)) if held == id) {

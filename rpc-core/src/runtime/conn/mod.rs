@@ -24,7 +24,7 @@ pub(crate) use self::work::{Awaiting, CallRef, Caller, Delivery, OpenCall, Work}
 use super::call::Encode;
 use super::held_sends;
 use super::port::{Dispatch, Port};
-use super::service::MethodKind;
+use super::service::ServedMethod;
 use super::stream::StreamShared;
 use super::Counters;
 use crate::protocol::v2::{
@@ -43,9 +43,9 @@ pub(crate) struct Owned {
     /// Bounded by `max_calls`.
     blocked: Vec<Arc<StreamShared>>,
     closed: bool,
-    /// Server: the method of the last call opened, and its kind (a server's methods are
-    /// fixed for its life).
-    last_method: Option<(u32, MethodKind)>,
+    /// Server: the method of the last call opened (a server's methods are fixed for its
+    /// life).
+    last_method: Option<ServedMethod>,
     /// The owed credits as last published in the link's credit ledger (which starts at 0).
     published_owed: u32,
     /// Server: the box of the last call that waited for its message after its headers
@@ -158,8 +158,8 @@ impl Conn {
             let dispatch = Arc::clone(dispatch);
             core.set_one_request(move |method| {
                 dispatch
-                    .kind(method)
-                    .is_some_and(|kind| !kind.receives_stream())
+                    .method(method)
+                    .is_some_and(|method| !method.kind.receives_stream())
             });
         }
         let credit_threshold = core.credit_threshold();

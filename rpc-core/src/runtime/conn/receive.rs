@@ -12,7 +12,7 @@ use crate::protocol::v2::{
     metadata, whole_request_parts, Connection, ConnectionMemory, Event, HeldReply, Reservation,
     Role,
 };
-use crate::runtime::service::MethodKind;
+use crate::runtime::service::{MethodKind, ServedMethod};
 use crate::transport::RecvBuf;
 use crate::{Code, MetadataMap, Status};
 
@@ -76,20 +76,19 @@ impl Conn {
                 let metadata = MetadataMap::from_block(&headers);
                 drop(buf);
                 let deadline = self.served_deadline(owned, call, timeout_us);
-                match self.method_kind(owned, method) {
+                match self.served_method(owned, method) {
                     None => {
                         self.unknown_method(owned, call, method);
                         None
                     }
-                    Some(kind) if kind.receives_stream() => {
+                    Some(method) if method.kind.receives_stream() => {
                         Some(self.serve_stream(owned, call, method, deadline, metadata))
                     }
-                    Some(kind) => {
+                    Some(method) => {
                         // Its one message comes later, whole (the core holds it until the
                         // half-close): what the handler will need waits with the call.
                         let awaiting = Awaiting {
                             method,
-                            kind,
                             deadline,
                             headers: metadata,
                         };
@@ -294,13 +293,13 @@ impl Conn {
         let awaiting = match opened {
             Some((method, timeout_us)) => {
                 let deadline = self.served_deadline(owned, call, timeout_us);
-                match self.method_kind(owned, method) {
+                match self.served_method(owned, method) {
                     None => {
                         drop(buf);
                         self.unknown_method(owned, call, method);
                         return None;
                     }
-                    Some(kind) if kind.receives_stream() => {
+                    Some(method) if method.kind.receives_stream() => {
                         let message = body.copy_out(&buf, owned.core.memory());
                         drop(buf);
                         let message = match message {
@@ -327,9 +326,8 @@ impl Conn {
                         }
                         return Some(Delivery::Batch(all));
                     }
-                    Some(kind) => Awaiting {
+                    Some(method) => Awaiting {
                         method,
-                        kind,
                         deadline,
                         headers,
                     },
@@ -405,15 +403,15 @@ impl Conn {
         self.earliest_deadline.load(Ordering::Relaxed) <= now
     }
 
-    /// The kind of `method` on this server (`None`: no service has it); the last answer is
-    /// kept, as calls mostly repeat their method.
-    pub(super) fn method_kind(&self, owned: &mut Owned, method: u32) -> Option<MethodKind> {
+    /// The method with wire id `id` on this server (`None`: no service has it); the last
+    /// answer is kept, as calls mostly repeat their method.
+    pub(super) fn served_method(&self, owned: &mut Owned, id: u32) -> Option<ServedMethod> {
         match owned.last_method {
-            Some((last, kind)) if last == method => Some(kind),
+            Some(last) if last.id == id => Some(last),
             _ => {
-                let kind = self.dispatch.as_ref().and_then(|d| d.kind(method))?;
-                owned.last_method = Some((method, kind));
-                Some(kind)
+                let method = self.dispatch.as_ref().and_then(|d| d.method(id))?;
+                owned.last_method = Some(method);
+                Some(method)
             }
         }
     }
@@ -443,11 +441,10 @@ impl Conn {
     ) -> Delivery {
         let Awaiting {
             method,
-            kind,
             deadline,
             headers: metadata,
         } = request;
-        let stream = match kind {
+        let stream = match method.kind {
             MethodKind::ServerStreaming => {
                 let stream = StreamShared::new(call, self.local_hello.call_window, true);
                 owned
@@ -475,7 +472,7 @@ impl Conn {
         &self,
         owned: &mut Owned,
         call: u64,
-        method: u32,
+        method: ServedMethod,
         deadline: Option<Instant>,
         metadata: MetadataMap,
     ) -> Delivery {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::runtime::service::MethodKind;
+use crate::runtime::service::{MethodKind, ServedMethod};
 
 use rpc_sync::Wake;
 
@@ -33,9 +33,8 @@ pub(crate) enum CallRef {
 /// answered INTERNAL).
 #[derive(Clone)]
 pub(crate) struct Awaiting {
-    pub(super) method: u32,
-    /// The method's kind (unary or server streaming), looked up when the call opened.
-    pub(super) kind: MethodKind,
+    /// Unary or server streaming, looked up when the call opened.
+    pub(super) method: ServedMethod,
     pub(super) deadline: Option<Instant>,
     pub(super) headers: MetadataMap,
 }
@@ -44,8 +43,11 @@ impl Awaiting {
     /// What a kept box holds between two such calls (nothing allocated).
     pub(super) const fn empty() -> Awaiting {
         Awaiting {
-            method: 0,
-            kind: MethodKind::Unary,
+            method: ServedMethod {
+                id: 0,
+                kind: MethodKind::Unary,
+                route: 0,
+            },
             deadline: None,
             headers: MetadataMap::new(),
         }
@@ -201,6 +203,7 @@ impl Delivery {
     /// a task, once the state is let go. `None`: nothing to wake (the caller drives the
     /// connection and finds the outcome when its step returns, or an outcome was left
     /// already).
+    #[inline]
     pub(super) fn outcome(cell: &CallCell, result: Result<Reply, Status>) -> Option<Delivery> {
         cell.complete_deferred(result)
             .filter(Wake::is_needed)

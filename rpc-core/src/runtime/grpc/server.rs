@@ -357,7 +357,7 @@ async fn serve_call(
         return http_error(StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
     let path = request.uri().path();
-    let Some((method, kind)) = face.shared.lookup(path) else {
+    let Some(method) = face.shared.lookup(path) else {
         return trailers_only(Status::unimplemented(format!(
             "{path}: no such method on this server"
         )));
@@ -390,7 +390,7 @@ async fn serve_call(
     let metadata = metadata_from_headers(request.headers());
     let call = GrpcCall::new(face.max_message_size);
     let body = request.into_body();
-    let request_body = match kind {
+    let request_body = match method.kind {
         MethodKind::Unary | MethodKind::ServerStreaming => {
             match read_one(body, face.max_message_size, deadline).await {
                 Ok(message) => RequestBody::Message(Payload::owned(message.to_vec())),

@@ -12,7 +12,7 @@ use crate::runtime::call::{RequestBody, RequestDelivery};
 use crate::runtime::pool::WorkerPool;
 use crate::runtime::port::Dispatch;
 use crate::runtime::port::Port;
-use crate::runtime::service::{MethodDescriptor, MethodKind};
+use crate::runtime::service::{MethodDescriptor, ServedMethod};
 use crate::Status;
 
 /// Where a method's handler runs.
@@ -42,20 +42,23 @@ pub(super) struct Route {
 
 /// What the poller, the gRPC face and the handlers share.
 pub(crate) struct Shared {
-    pub(super) routes: HashMap<u32, Route>,
-    /// Method ids and kinds by path, for the gRPC face.
-    pub(super) paths: HashMap<&'static str, (u32, MethodKind)>,
+    /// Every method's route, at the index its [`ServedMethod`] names.
+    pub(super) routes: Vec<Route>,
+    /// The methods by wire id (looked up once per connection and method).
+    pub(super) ids: HashMap<u32, ServedMethod>,
+    /// The methods by path, for the gRPC face.
+    pub(super) paths: HashMap<&'static str, ServedMethod>,
     pub(super) interceptor: Option<SharedInterceptor>,
     pub(super) pool: WorkerPool<Job>,
     pub(super) calls: Arc<Calls>,
 }
 
 impl Dispatch for Shared {
-    fn kind(&self, method: u32) -> Option<MethodKind> {
-        self.routes.get(&method).map(|r| r.method.kind)
+    fn method(&self, id: u32) -> Option<ServedMethod> {
+        self.ids.get(&id).copied()
     }
 
-    fn lookup(&self, path: &str) -> Option<(u32, MethodKind)> {
+    fn lookup(&self, path: &str) -> Option<ServedMethod> {
         self.paths.get(path).copied()
     }
 
@@ -82,10 +85,12 @@ impl Shared {
             counters.error();
             port.end(call, status);
         };
-        let Some(route) = self.routes.get(&method) else {
+        // By index: `method` came from this dispatch, so its route is there.
+        let Some(route) = self.routes.get(method.route as usize) else {
             drop(body);
             refuse(Status::unimplemented(format!(
-                "no service on this server has a method with id {method:#010x}"
+                "no service on this server has a method with id {:#010x}",
+                method.id
             )));
             return;
         };

@@ -21,7 +21,7 @@ use super::endpoint::{Endpoint, PollerSettings};
 use super::grpc::server::{FaceSettings, GrpcFace};
 use super::pool::{ThreadContext, WorkerPool};
 use super::port::Dispatch;
-use super::service::MethodKind;
+use super::service::{MethodKind, ServedMethod};
 use super::transport_select::server_transport;
 use super::{Counters, Stats};
 use crate::interceptor::SharedInterceptor;
@@ -500,9 +500,22 @@ impl ServerBuilder {
         let transport_name = primary.name;
         let local_addr = primary.acceptor.local_addr();
         let counters = Arc::new(Counters::default());
+        // The routes by index; a method's id and path lead to its index.
+        let routes: Vec<Route> = routes.into_values().collect();
+        let served = |(index, r): (usize, &Route)| ServedMethod {
+            id: r.method.id,
+            kind: r.method.kind,
+            route: u32::try_from(index).expect("fewer than 2^32 methods"),
+        };
+        let ids = routes
+            .iter()
+            .enumerate()
+            .map(|route| (route.1.method.id, served(route)))
+            .collect();
         let paths = routes
-            .values()
-            .map(|r| (r.method.path, (r.method.id, r.method.kind)))
+            .iter()
+            .enumerate()
+            .map(|route| (route.1.method.path, served(route)))
             .collect();
         let pool = WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?;
         let calls = Arc::new(Calls {
@@ -512,6 +525,7 @@ impl ServerBuilder {
         });
         let shared = Arc::new(Shared {
             paths,
+            ids,
             routes,
             pool,
             interceptor: self.interceptor.clone(),
