@@ -66,17 +66,41 @@ impl<S, W> Serializer<S, W> {
     pub fn submit<D>(
         &self,
         work: W,
-        mut step: impl FnMut(&mut S, W) -> Option<D>,
-        mut deliver: impl FnMut(D),
+        step: impl FnMut(&mut S, W) -> Option<D>,
+        deliver: impl FnMut(D),
     ) {
-        // The common case: nobody owns the state and nothing is queued, so `work` runs at
+        self.submit_as(
+            work,
+            |state, work, step| step(state, work),
+            |work| work,
+            step,
+            deliver,
+        );
+    }
+
+    /// [`Serializer::submit`] of an item `I` of its own type: run at once by `run` if nobody
+    /// owns the state, and made a work item by `queue` only if it has to wait for the owner
+    /// (who runs it with `step`, as every queued item). An item of the common case is then
+    /// neither wrapped in `W` nor matched out of it again.
+    #[inline]
+    pub fn submit_as<I, D, F>(
+        &self,
+        item: I,
+        run: impl FnOnce(&mut S, I, &mut F) -> Option<D>,
+        queue: impl FnOnce(I) -> W,
+        mut step: F,
+        mut deliver: impl FnMut(D),
+    ) where
+        F: FnMut(&mut S, W) -> Option<D>,
+    {
+        // The common case: nobody owns the state and nothing is queued, so `item` runs at
         // once, without being queued or moved around.
         if self
             .word
             .compare_exchange(0, OWNED, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
-            let delivery = self.step_owned(&mut step, work);
+            let delivery = self.step_owned(|state| run(state, item, &mut step));
             if self
                 .word
                 .compare_exchange(OWNED, 0, Ordering::Release, Ordering::Relaxed)
@@ -90,17 +114,14 @@ impl<S, W> Serializer<S, W> {
             // Items were left meanwhile: still the owner, this thread runs them.
             return self.run_owned(delivery, &mut step, &mut deliver);
         }
-        if self.enqueue(work) {
+        if self.enqueue(queue(item)) {
             self.run_owned(None, &mut step, &mut deliver);
         }
     }
 
     /// Runs one step; the caller owns the state.
     #[inline]
-    fn step_owned<D, F>(&self, step: &mut F, work: W) -> Option<D>
-    where
-        F: FnMut(&mut S, W) -> Option<D> + ?Sized,
-    {
+    fn step_owned<D>(&self, run: impl FnOnce(&mut S) -> Option<D>) -> Option<D> {
         // A step that panics lets go of the state on its way out (what it left queued runs
         // at the next submission), rather than keeping every later item queued for ever.
         struct LetGoOnPanic<'a>(&'a AtomicUsize);
@@ -111,10 +132,8 @@ impl<S, W> Serializer<S, W> {
         }
         let on_panic = LetGoOnPanic(&self.word);
         // SAFETY: this thread set `OWNED` and has not cleared it: no other thread reaches
-        // `state` until it does (see `Sync`), and the borrow ends with `step`.
-        let delivery = self
-            .state
-            .with_mut(|state| step(unsafe { &mut *state }, work));
+        // `state` until it does (see `Sync`), and the borrow ends with `run`.
+        let delivery = self.state.with_mut(|state| run(unsafe { &mut *state }));
         std::mem::forget(on_panic);
         delivery
     }
@@ -161,7 +180,7 @@ impl<S, W> Serializer<S, W> {
                     self.word.fetch_sub(ONE, Ordering::AcqRel);
                     work
                 };
-                delivery = self.step_owned(step, work);
+                delivery = self.step_owned(|state| step(state, work));
             }
             // Let go, keeping the count: items counted from here on are seen below, or
             // taken with the state by their submitter.

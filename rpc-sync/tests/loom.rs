@@ -578,6 +578,54 @@ fn serializer_runs_every_item_once_and_delivers() {
     });
 }
 
+/// `submit_as`, as the runtime submits the call path's items: an item of its own type runs
+/// through `run` when its thread takes the state, and as the work item `queue` made of it,
+/// through `step`, when it had to wait; either way exactly once, in its thread's order, beside
+/// another thread's plain `submit`s.
+#[test]
+fn serializer_runs_an_item_of_its_own_type_directly_or_queued() {
+    loom::model(|| {
+        let s = Arc::new(Serializer::new(Vec::<u32>::new()));
+        let ran = Arc::new(Ran::new(Vec::new()));
+        // Items are `n * 10`; run directly they are recorded `+ 1`, queued `+ 2`.
+        let step = |ran: Arc<Ran>| {
+            move |log: &mut Vec<u32>, w: u32| -> Option<()> {
+                record(log, w, &ran);
+                None
+            }
+        };
+        let (s2, r2) = (Arc::clone(&s), Arc::clone(&ran));
+        let t = thread::spawn(move || {
+            s2.submit(10, step(Arc::clone(&r2)), |()| {});
+            s2.submit(20, step(r2), |()| {});
+        });
+        s.submit_as(
+            3u16,
+            |log: &mut Vec<u32>, n: u16, _step: &mut _| {
+                record(log, u32::from(n) * 10 + 1, &ran);
+                None
+            },
+            |n| u32::from(n) * 10 + 2,
+            step(Arc::clone(&ran)),
+            |()| {},
+        );
+        t.join().unwrap();
+        let log = ran.lock().unwrap().clone();
+        let items: Vec<u32> = log.iter().map(|v| v / 10).collect();
+        let mut sorted = items.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![1, 2, 3], "each item exactly once: {log:?}");
+        let pos = |x| items.iter().position(|&v| v == x).unwrap();
+        assert!(pos(1) < pos(2), "one thread's items in order: {log:?}");
+        assert!(
+            log.iter()
+                .filter(|v| **v > 20)
+                .all(|v| v % 10 == 1 || v % 10 == 2),
+            "submit_as's items ran through run or as queued: {log:?}"
+        );
+    });
+}
+
 /// Three threads submit at once, one of them two items: the owner that runs a queued item
 /// never takes another thread's item in place of the one it counted, so the two-item
 /// thread's items run in the order it submitted them. (A thread may push its item and be

@@ -716,7 +716,7 @@ impl Endpoint {
         match completion {
             Completion::Recv { buf, .. } => {
                 if !conn.is_closed() {
-                    conn.submit(Work::Frame(buf, clock));
+                    conn.submit_frame(buf, clock);
                 }
             }
             Completion::SendDone { .. } => conn.submit(Work::Flush),

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::{Client, Wire};
 use crate::protocol::v2::{Kind, Payload as Body};
 use crate::runtime::call::Encode;
-use crate::runtime::conn::{Caller, Conn, OpenCall, Work, UNARY};
+use crate::runtime::conn::{Caller, Conn, OpenCall, UNARY};
 use crate::runtime::grpc::client::GrpcChannel;
 use crate::runtime::port::Port;
 use crate::runtime::service::MethodDescriptor;
@@ -73,14 +73,14 @@ impl Client {
         let message = message.map(|m| conn.encode(Kind::Message, UNARY, m));
         let headers = request_headers(&conn, request.metadata(), message.is_none());
         native.endpoint.call_started(true, deadline.is_some());
-        conn.submit(Work::Open(OpenCall {
+        conn.submit_open(OpenCall {
             caller: Caller::Stream(Arc::clone(&shared)),
             method: method.id,
             timeout_us,
             deadline,
             headers,
             message,
-        }));
+        });
         let port = conn as Port;
         let sender = StreamSender {
             shared: Arc::clone(&shared),

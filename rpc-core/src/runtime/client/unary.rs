@@ -328,7 +328,7 @@ impl Client {
         // The poller thread's ticks end a future's call at its deadline (below).
         let ticked_deadline = deadline.is_some() && !blocking;
         native.endpoint.call_started(false, ticked_deadline);
-        conn.submit(Work::Open(OpenCall {
+        conn.submit_open(OpenCall {
             caller: Caller::Unary(Arc::clone(&cell)),
             method: method.id,
             timeout_us,
@@ -338,7 +338,7 @@ impl Client {
             deadline: deadline.filter(|_| !blocking),
             headers,
             message: Some(frame),
-        }));
+        });
         Ok(Started {
             endpoint: Arc::clone(&native.endpoint),
             conn,

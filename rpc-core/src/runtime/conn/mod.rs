@@ -10,6 +10,7 @@
 mod port;
 mod receive;
 mod send;
+mod steps;
 mod work;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -207,16 +208,6 @@ impl Conn {
         }
     }
 
-    /// Runs `work` now or leaves it to the thread that owns the state; deliveries run here.
-    #[inline]
-    pub(crate) fn submit(&self, work: Work) {
-        self.state.submit(
-            work,
-            |owned, work| self.step(owned, work),
-            |delivery| self.deliver(delivery),
-        );
-    }
-
     /// Encodes `message` as the payload of a `kind` frame: straight into a send slot when it
     /// fits one frame and a slot is free (the one copy), else into a buffer the core cuts
     /// into segments.
@@ -390,131 +381,6 @@ impl Conn {
         self.serving && held_sends::hold(&self.link)
     }
 
-    /// One work item, on the owning thread; what it delivers is settled (see
-    /// [`Delivery::settle`]). The call path's items (a received frame, a call to open, a
-    /// reply) each take a branch of their own, so that a step moves and tracks nothing of
-    /// the others.
-    fn step(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
-        if owned.closed {
-            return step_closed(work);
-        }
-        let delivery = match work {
-            Work::Frame(buf, clock) => {
-                let delivery = self.on_frame(owned, buf, clock);
-                // The frame's slot, if it was released (its message copied out), counts
-                // now.
-                self.take_reposted(owned);
-                delivery
-            }
-            Work::Open(call) => {
-                self.take_reposted(owned);
-                self.open(owned, call)
-            }
-            Work::Reply {
-                call,
-                frame,
-                headers,
-                trailers,
-            } => {
-                self.take_reposted(owned);
-                match self.expired_answer(owned, call) {
-                    Some(expired) => expired,
-                    None => {
-                        self.reply(owned, call, frame, headers, trailers);
-                        None
-                    }
-                }
-            }
-            work => {
-                self.take_reposted(owned);
-                self.step_other(owned, work)
-            }
-        };
-        self.transmit(owned);
-        self.publish_owed(owned);
-        if owned.blocked.is_empty() {
-            match delivery {
-                // Most steps deliver nothing: the answer is a constant, nothing to move.
-                None => return None,
-                // A request for a handler needs no settling.
-                Some(Delivery::Request(_)) => return delivery,
-                Some(_) => {}
-            }
-        }
-        self.settle(owned, delivery)
-    }
-
-    /// The rest of a step that delivers something, or has senders waiting.
-    #[inline(never)]
-    fn settle(&self, owned: &mut Owned, mut delivery: Option<Delivery>) -> Option<Delivery> {
-        if !owned.blocked.is_empty() {
-            self.release_senders(owned, &mut delivery);
-        }
-        Delivery::settle_in_place(&mut delivery);
-        delivery
-    }
-
-    /// The work items off the call path (the credits that frames of the step carry back
-    /// were taken).
-    #[inline(never)]
-    fn step_other(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
-        match work {
-            Work::Frame(..) | Work::Open(_) | Work::Reply { .. } => {
-                unreachable!("a step of its own")
-            }
-            Work::Send { stream, frame } => {
-                // A server's stream message past the call's deadline is not sent either.
-                match self.expired_answer(owned, stream.id()) {
-                    Some(expired) => expired,
-                    None => self.send_stream(owned, stream, frame),
-                }
-            }
-            Work::HalfClose(stream) => {
-                self.send_stream(owned, stream, block_frame(Kind::End, Vec::new()))
-            }
-            Work::Headers { call, block } => {
-                let frame = block_frame(Kind::Headers, block);
-                let _ = self.post_result(owned.core.send(call, frame, 0, 0));
-                None
-            }
-            Work::End { call, status } => match self.expired_answer(owned, call) {
-                Some(expired) => expired,
-                None => {
-                    self.end_call(owned, call, &status);
-                    None
-                }
-            },
-            Work::Cancel { caller, status } => self.cancel(owned, caller, status),
-            Work::Consumed { stream, bytes } => {
-                owned.core.consumed(stream.id(), bytes);
-                None
-            }
-            Work::Attach { call, task } => {
-                if owned
-                    .core
-                    .set_user(call, CallRef::Served(Arc::clone(&task)))
-                {
-                    None
-                } else {
-                    // Cancelled (or over) before the task was attached.
-                    Some(Delivery::CancelTask(task))
-                }
-            }
-            Work::Timeout(now, keepalive) => {
-                if owned.core.keepalive() != keepalive {
-                    owned.core.set_keepalive(keepalive);
-                }
-                self.on_timeout(owned, now)
-            }
-            Work::Flush => None,
-            Work::Goodbye => {
-                owned.core.goodbye();
-                None
-            }
-            Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
-        }
-    }
-
     /// Server: publishes the earliest deadline the core watches if it changed (a frame
     /// opened a call with an earlier one, or a tick let some pass), for the endpoint's tick.
     fn publish_deadlines(&self, owned: &mut Owned) {
@@ -662,19 +528,6 @@ impl Conn {
             }
         }
     }
-}
-
-/// A step on a closed connection: a call to open fails, a stream's sender goes on (to find
-/// the stream over), the rest is moot.
-#[cold]
-fn step_closed(work: Work) -> Option<Delivery> {
-    let mut delivery = match work {
-        Work::Open(call) => call.caller.fail(closed_status()),
-        Work::Send { stream, .. } | Work::HalfClose(stream) => Some(Delivery::Ready(stream)),
-        _ => None,
-    };
-    Delivery::settle_in_place(&mut delivery);
-    delivery
 }
 
 /// A HEADERS frame (a metadata block) or a client's END (empty) of a call.

@@ -17,12 +17,7 @@ impl CallPort for Conn {
 
     fn reply(&self, call: u64, headers: MetadataMap, message: &dyn Encode, trailers: MetadataMap) {
         let frame = self.encode(Kind::Message, UNARY, message);
-        self.submit(Work::Reply {
-            call,
-            frame,
-            headers: headers.into_block(),
-            trailers,
-        });
+        self.submit_reply(call, frame, headers.into_block(), trailers);
     }
 
     fn end(&self, call: u64, status: Status) {
