@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use rpc_sync::{assert_unlocked, Flag, Serializer};
 
-pub(crate) use self::work::{Awaiting, CallRef, Caller, Delivery, OpenCall, Work};
+pub(crate) use self::work::{Awaiting, CallRef, Caller, Delivery, OpenCall, UnaryReply, Work};
 use super::call::Encode;
 use super::held_sends;
 use super::port::{Dispatch, Port};

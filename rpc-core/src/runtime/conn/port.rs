@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::super::call::Encode;
 use super::super::port::CallPort;
 use super::super::stream::{Cancel, StreamShared};
-use super::{Caller, Conn, Work, UNARY};
+use super::{Caller, Conn, UnaryReply, Work, UNARY};
 use crate::protocol::v2::Kind;
 use crate::{MetadataMap, Status};
 
@@ -17,7 +17,12 @@ impl CallPort for Conn {
 
     fn reply(&self, call: u64, headers: MetadataMap, message: &dyn Encode, trailers: MetadataMap) {
         let frame = self.encode(Kind::Message, UNARY, message);
-        self.submit_reply(call, frame, headers.into_block(), trailers);
+        self.submit_reply(UnaryReply {
+            call,
+            frame,
+            headers: headers.into_block(),
+            trailers,
+        });
     }
 
     fn end(&self, call: u64, status: Status) {

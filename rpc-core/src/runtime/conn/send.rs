@@ -5,21 +5,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::super::stream::StreamShared;
-use super::{block_frame, call_ended, CallRef, Caller, Conn, Delivery, OpenCall, Owned};
+use super::{
+    block_frame, call_ended, CallRef, Caller, Conn, Delivery, OpenCall, Owned, UnaryReply,
+};
 use crate::protocol::v2::{flags, Expiry, Kind, Outgoing, Role, SendError, WireStatus};
 use crate::transport::SendBuf;
 use crate::{Code, MetadataMap, Status};
 
 impl Conn {
     /// Server: a unary reply; with headers or trailers it takes three frames.
-    pub(super) fn reply(
-        &self,
-        owned: &mut Owned,
-        call: u64,
-        frame: Outgoing<SendBuf>,
-        headers: Vec<u8>,
-        trailers: MetadataMap,
-    ) {
+    pub(super) fn reply(&self, owned: &mut Owned, reply: UnaryReply) {
+        let UnaryReply {
+            call,
+            frame,
+            headers,
+            trailers,
+        } = reply;
         let plain = headers.is_empty() && trailers.is_empty();
         if !headers.is_empty() {
             let headers = block_frame(Kind::Headers, headers);

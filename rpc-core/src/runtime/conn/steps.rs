@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{block_frame, closed_status, CallRef, Conn, Delivery, OpenCall, Owned, Work};
-use crate::protocol::v2::{Kind, Outgoing};
-use crate::transport::{RecvBuf, SendBuf};
-use crate::MetadataMap;
+use super::{
+    block_frame, closed_status, CallRef, Conn, Delivery, OpenCall, Owned, UnaryReply, Work,
+};
+use crate::protocol::v2::Kind;
+use crate::transport::RecvBuf;
 
 impl Conn {
     /// Runs `work` now or leaves it to the thread that owns the state; deliveries run here.
@@ -58,24 +59,11 @@ impl Conn {
     }
 
     /// Server: a unary call's reply ([`Work::Reply`]).
-    pub(crate) fn submit_reply(
-        &self,
-        call: u64,
-        frame: Outgoing<SendBuf>,
-        headers: Vec<u8>,
-        trailers: MetadataMap,
-    ) {
+    pub(crate) fn submit_reply(&self, reply: UnaryReply) {
         self.submit_as(
-            (call, frame, headers, trailers),
-            |conn, owned, (call, frame, headers, trailers)| {
-                conn.step_reply(owned, call, frame, headers, trailers)
-            },
-            |(call, frame, headers, trailers)| Work::Reply {
-                call,
-                frame,
-                headers,
-                trailers,
-            },
+            reply,
+            |conn, owned, reply| conn.step_reply(owned, reply),
+            Work::Reply,
         );
     }
 
@@ -87,12 +75,7 @@ impl Conn {
         match work {
             Work::Frame(buf, clock) => self.step_frame(owned, buf, clock),
             Work::Open(call) => self.step_open(owned, call),
-            Work::Reply {
-                call,
-                frame,
-                headers,
-                trailers,
-            } => self.step_reply(owned, call, frame, headers, trailers),
+            Work::Reply(reply) => self.step_reply(owned, reply),
             work => {
                 if owned.closed {
                     return step_closed(work);
@@ -134,22 +117,15 @@ impl Conn {
 
     /// Server: the step of a unary call's reply.
     #[inline(always)]
-    fn step_reply(
-        &self,
-        owned: &mut Owned,
-        call: u64,
-        frame: Outgoing<SendBuf>,
-        headers: Vec<u8>,
-        trailers: MetadataMap,
-    ) -> Option<Delivery> {
+    fn step_reply(&self, owned: &mut Owned, reply: UnaryReply) -> Option<Delivery> {
         if owned.closed {
             return None;
         }
         self.take_reposted(owned);
-        let delivery = match self.expired_answer(owned, call) {
+        let delivery = match self.expired_answer(owned, reply.call) {
             Some(expired) => expired,
             None => {
-                self.reply(owned, call, frame, headers, trailers);
+                self.reply(owned, reply);
                 None
             }
         };
@@ -189,7 +165,7 @@ impl Conn {
     #[inline(never)]
     fn step_other(&self, owned: &mut Owned, work: Work) -> Option<Delivery> {
         match work {
-            Work::Frame(..) | Work::Open(_) | Work::Reply { .. } => {
+            Work::Frame(..) | Work::Open(_) | Work::Reply(_) => {
                 unreachable!("a step of its own")
             }
             Work::Send { stream, frame } => {

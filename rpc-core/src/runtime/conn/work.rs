@@ -110,6 +110,16 @@ pub(crate) struct OpenCall {
     pub(crate) message: Option<Outgoing<SendBuf>>,
 }
 
+/// Server: a unary call's reply: headers if any, the message, trailers if any (with
+/// neither, one MESSAGE with END).
+pub(crate) struct UnaryReply {
+    pub(crate) call: u64,
+    pub(crate) frame: Outgoing<SendBuf>,
+    /// The response headers' metadata block (empty: none).
+    pub(crate) headers: Vec<u8>,
+    pub(crate) trailers: MetadataMap,
+}
+
 /// Work for the owner of a connection's state.
 pub(crate) enum Work {
     /// A received frame, and the poll batch's clock reading if the poller took one (a call
@@ -126,14 +136,8 @@ pub(crate) enum Work {
     HalfClose(Arc<StreamShared>),
     /// Server: a call's response headers.
     Headers { call: u64, block: Vec<u8> },
-    /// Server: a unary call's reply: headers if any, the message, trailers if any (with
-    /// neither, one MESSAGE with END).
-    Reply {
-        call: u64,
-        frame: Outgoing<SendBuf>,
-        headers: Vec<u8>,
-        trailers: MetadataMap,
-    },
+    /// Server: a unary call's reply.
+    Reply(UnaryReply),
     /// Server: end a call with a status (OK included); its metadata goes as trailers.
     End { call: u64, status: Status },
     /// Client: give a call up (deadline passed, future or stream dropped).
