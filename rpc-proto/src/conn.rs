@@ -1483,14 +1483,16 @@ where
         now: impl FnOnce() -> Instant,
     ) -> Result<Event<'f, C>, Error> {
         self.opened_now = None;
-        let event = self.on_frame(frame)?;
-        if let Some((call, timeout_us)) = self.opened_now.take() {
+        // The result is returned as it is, not taken apart by `?` and built again: the event
+        // is not moved.
+        let result = self.on_frame(frame);
+        if let (Ok(_), Some((call, timeout_us))) = (&result, self.opened_now.take()) {
             let asked = (timeout_us != 0).then(|| Duration::from_micros(u64::from(timeout_us)));
             if let Some(limit) = capped_call_time(asked, self.call_time_limit) {
                 self.set_deadline(call, now() + limit);
             }
         }
-        Ok(event)
+        result
     }
 
     /// The call's deadline, if it is open and has one.

@@ -28,10 +28,8 @@ impl Conn {
         let event = match owned.core.handle_frame(&buf, now) {
             Ok(event) => event,
             Err(e) => {
-                tracing::warn!(peer = %self.peer, error = %e, "protocol violation; disconnecting the peer");
                 drop(buf);
-                self.close();
-                return Some(self.fail_all(owned, &e.to_string()));
+                return Some(self.violated(owned, e));
             }
         };
         if self.serving {
@@ -372,6 +370,15 @@ impl Conn {
         }
         let payload = body.into_payload(buf);
         Some(self.serve(owned, call, awaiting, payload, opened_here))
+    }
+
+    /// The peer broke the protocol: the connection closes, and its calls fail.
+    #[cold]
+    #[inline(never)]
+    fn violated(&self, owned: &mut Owned, e: rpc_proto::Error) -> Delivery {
+        tracing::warn!(peer = %self.peer, error = %e, "protocol violation; disconnecting the peer");
+        self.close();
+        self.fail_all(owned, &e.to_string())
     }
 
     /// Gives up a call whose message this side cannot hold (PROTOCOL.md §15): a server ends
