@@ -211,7 +211,15 @@ impl Conn {
     /// Encodes `message` as the payload of a `kind` frame: straight into a send slot when it
     /// fits one frame and a slot is free (the one copy), else into a buffer the core cuts
     /// into segments.
-    pub(crate) fn encode(&self, kind: Kind, fl: u16, message: &dyn Encode) -> Outgoing<SendBuf> {
+    ///
+    /// Generic: a caller that knows the message's type (a unary request) has prost's
+    /// encoding inlined; one that does not passes a `&dyn Encode`.
+    pub(crate) fn encode<M: Encode + ?Sized>(
+        &self,
+        kind: Kind,
+        fl: u16,
+        message: &M,
+    ) -> Outgoing<SendBuf> {
         let len = message.encoded_len();
         Outgoing {
             kind,
