@@ -14,7 +14,8 @@
 //!
 //! Prints the parameters, the transport, the p50 / p99 / p99.9 latency in microseconds, the
 //! rate in calls/s and the number of errors; then makes one server-streaming `EchoRepeat`
-//! call of `--count` (at most 100,000) replies of `--size` bytes and prints their rate; runs longer than a second report progress on
+//! call of `--count` (at most 100,000) replies of `--size` bytes, given the per-call timeout
+//! plus 10 ms a reply, and prints their rate. Runs longer than a second report progress on
 //! stderr. Exits with status 1 if any call failed or any reply differed from its request.
 //!
 //! ```text
@@ -153,17 +154,26 @@ fn worker(
 /// The most replies one EchoRepeat call may ask for (the server's limit).
 const STREAM_MAX: u64 = 100_000;
 
+/// The time the streaming call is given per reply, on top of the client's per-call timeout:
+/// a call of thousands of replies is no unary call, and a slow machine (an emulated RDMA
+/// wire between two emulated hosts streams some 600 replies/s) must not fail it.
+const STREAM_TIME_PER_REPLY: Duration = Duration::from_millis(10);
+
 /// One server-streaming call: `count` replies of `size` bytes as fast as flow control lets
 /// them come; prints their rate. An error if the stream failed or a reply was wrong.
 fn stream_phase(echo: &EchoClient, size: usize, count: u64) -> Result<(), ()> {
     let payload = vec![0x5a; size];
     let start = Instant::now();
+    let timeout = rpc_examples::CALL_TIMEOUT + STREAM_TIME_PER_REPLY * count as u32;
     let outcome = echo
-        .echo_repeat(EchoRepeatRequest {
-            payload: payload.clone(),
-            count: count as u32,
-            interval_ms: 0,
-        })
+        .echo_repeat(
+            rpc_core::Request::new(EchoRepeatRequest {
+                payload: payload.clone(),
+                count: count as u32,
+                interval_ms: 0,
+            })
+            .with_timeout(timeout),
+        )
         .and_then(|response| {
             let mut received = 0u64;
             for reply in response.into_inner().into_blocking_iter() {
