@@ -96,7 +96,9 @@ impl Conn {
         clock: Option<Instant>,
     ) -> Option<Delivery> {
         if owned.closed {
-            return step_closed(Work::Frame(buf, clock));
+            // A frame after the close has no call left to reach; its slot goes back as `buf`
+            // drops.
+            return None;
         }
         let delivery = self.on_frame(owned, buf, clock);
         // The frame's slot, if it was released (its message copied out), counts now.

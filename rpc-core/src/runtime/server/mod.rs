@@ -502,21 +502,17 @@ impl ServerBuilder {
         let counters = Arc::new(Counters::default());
         // The routes by index; a method's id and path lead to its index.
         let routes: Vec<Route> = routes.into_values().collect();
-        let served = |(index, r): (usize, &Route)| ServedMethod {
-            id: r.method.id,
-            kind: r.method.kind,
-            route: u32::try_from(index).expect("fewer than 2^32 methods"),
-        };
-        let ids = routes
-            .iter()
-            .enumerate()
-            .map(|route| (route.1.method.id, served(route)))
-            .collect();
-        let paths = routes
-            .iter()
-            .enumerate()
-            .map(|route| (route.1.method.path, served(route)))
-            .collect();
+        let mut ids = HashMap::with_capacity(routes.len());
+        let mut paths = HashMap::with_capacity(routes.len());
+        for (index, route) in routes.iter().enumerate() {
+            let served = ServedMethod {
+                id: route.method.id,
+                kind: route.method.kind,
+                route: u32::try_from(index).expect("fewer than 2^32 methods"),
+            };
+            ids.insert(route.method.id, served);
+            paths.insert(route.method.path, served);
+        }
         let pool = WorkerPool::new(self.workers, self.max_queued, self.thread_context.clone())?;
         let calls = Arc::new(Calls {
             counters: Arc::clone(&counters),
