@@ -38,7 +38,7 @@ use crate::payload::Payload;
 pub const ADDR: &str = "mem:bench";
 
 /// What a run measured over its window (the calls after the warm-up).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct InprocResult {
     /// Calls that failed or came back mismatched.
     pub failed: u64,
@@ -53,6 +53,9 @@ pub struct InprocResult {
     /// `/proc`), per call in the window: each is a wake-up someone paid for, the kernel's
     /// (a completion channel, a timer) included. `None` where `/proc` cannot be read.
     pub sleeps_per_call: Option<f64>,
+    /// `sleeps_per_call` by thread name (digits cut, as [`crate::thread_sleeps_by_name`]
+    /// gives them), the threads that slept at all in the window.
+    pub sleeps_by_thread: Vec<(String, f64)>,
     /// Over verbs: `ibv_post_send` calls and completion-queue polls that returned work, per
     /// message (a call is two: its request and its reply).
     pub verbs_per_message: Option<(f64, f64)>,
@@ -72,8 +75,23 @@ impl InprocResult {
             .map_or(String::new(), |(posts, polls)| {
                 format!(",\"posts_per_message\":{posts:.4},\"polls_per_message\":{polls:.4}")
             });
+        // Flat keys, one a thread name: `sleeps_per_call_rpc_poller_serv`, say.
+        let by_thread: String = self
+            .sleeps_by_thread
+            .iter()
+            .map(|(name, sleeps)| {
+                let key: String = name
+                    .chars()
+                    .map(|c| match c.is_ascii_alphanumeric() {
+                        true => c.to_ascii_lowercase(),
+                        false => '_',
+                    })
+                    .collect();
+                format!(",\"sleeps_per_call_{}\":{sleeps:.4}", key.trim_matches('_'))
+            })
+            .collect();
         format!(
-            "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4},\"sleeps_per_call\":{sleeps}{verbs}}}",
+            "{{\"calls\":{calls},\"window\":{},\"failed\":{},\"allocations_per_call\":{allocs},\"wakeups_per_call\":{:.4},\"sleeps_per_call\":{sleeps}{by_thread}{verbs}}}",
             self.window, self.failed, self.wakeups_per_call
         )
     }
@@ -151,7 +169,7 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
     let Calls { failed, start, .. } = calls;
     let window = args.calls - args.warmup;
     let end = Snapshot::end(allocations);
-    let start = start.unwrap_or(end);
+    let start = start.unwrap_or_else(|| end.clone());
     let per_call = |n: u64| n as f64 / window.max(1) as f64;
     let per_message = |n: u64| n as f64 / (2 * window).max(1) as f64;
     let result = InprocResult {
@@ -163,9 +181,22 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
             .map(|(a, b)| per_call(b - a)),
         wakeups_per_call: per_call(end.wakeups - start.wakeups),
         sleeps_per_call: start
-            .sleeps
-            .zip(end.sleeps)
+            .sleeps()
+            .zip(end.sleeps())
             .map(|(a, b)| per_call(b.saturating_sub(a))),
+        sleeps_by_thread: end
+            .sleeps
+            .iter()
+            .flatten()
+            .map(|(name, &after)| {
+                let before = start.sleeps.as_ref().and_then(|s| s.get(name)).copied();
+                (
+                    name.clone(),
+                    per_call(after.saturating_sub(before.unwrap_or(0))),
+                )
+            })
+            .filter(|&(_, per)| per > 0.0)
+            .collect(),
         verbs_per_message: args.verbs.as_ref().map(|_| {
             (
                 per_message(end.verbs.posts - start.verbs.posts),
@@ -179,11 +210,12 @@ pub fn run(args: &InprocArgs, allocations: Option<fn() -> u64>) -> Result<Inproc
 }
 
 /// The process's counters at the edge of the counted window.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Snapshot {
     allocations: Option<u64>,
     wakeups: u64,
-    sleeps: Option<u64>,
+    /// By thread name ([`crate::thread_sleeps_by_name`]).
+    sleeps: Option<std::collections::BTreeMap<String, u64>>,
     verbs: rpc_core::transport::verbs::VerbsStats,
 }
 
@@ -191,7 +223,7 @@ impl Snapshot {
     /// The counters at the start of the window: reading `/proc` allocates, so the allocation
     /// count is read after it, and outside the window.
     fn start(allocations: Option<fn() -> u64>) -> Snapshot {
-        let sleeps = crate::thread_sleeps("");
+        let sleeps = crate::thread_sleeps_by_name();
         Snapshot {
             wakeups: rpc_core::wakeups_issued(),
             verbs: rpc_core::transport::verbs::verbs_stats(),
@@ -207,8 +239,13 @@ impl Snapshot {
             allocations,
             wakeups: rpc_core::wakeups_issued(),
             verbs: rpc_core::transport::verbs::verbs_stats(),
-            sleeps: crate::thread_sleeps(""),
+            sleeps: crate::thread_sleeps_by_name(),
         }
+    }
+
+    /// The sleeps of all threads.
+    fn sleeps(&self) -> Option<u64> {
+        Some(self.sleeps.as_ref()?.values().sum())
     }
 }
 

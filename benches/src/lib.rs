@@ -92,21 +92,38 @@ pub mod tonic_echo {
 /// cuts names to 15 bytes). A thread that exits during the walk is skipped; `None` where
 /// `/proc` cannot be read.
 pub fn thread_sleeps(prefix: &str) -> Option<u64> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    let sleeps = tasks
-        .flatten()
-        .filter(|task| {
-            prefix.is_empty()
-                || std::fs::read_to_string(task.path().join("comm"))
-                    .is_ok_and(|name| name.starts_with(prefix))
-        })
-        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        })
+    let sleeps = thread_sleeps_by_name()?
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(_, sleeps)| sleeps)
         .sum();
     Some(sleeps)
+}
+
+/// Voluntary context switches so far of this process's threads, summed by thread name with
+/// its trailing digits cut (`rpc-worker-3` counts as `rpc-worker-`; `/proc` cuts names to 15
+/// bytes): which threads sleep, and so cost a wake-up. A thread that exits during the walk
+/// is skipped; `None` where `/proc` cannot be read.
+pub fn thread_sleeps_by_name() -> Option<std::collections::BTreeMap<String, u64>> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut by_name = std::collections::BTreeMap::new();
+    for task in tasks.flatten() {
+        let (Ok(name), Ok(status)) = (
+            std::fs::read_to_string(task.path().join("comm")),
+            std::fs::read_to_string(task.path().join("status")),
+        ) else {
+            continue;
+        };
+        let sleeps = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        if let Some(sleeps) = sleeps {
+            let name = name
+                .trim_end()
+                .trim_end_matches(|c: char| c.is_ascii_digit());
+            *by_name.entry(name.to_string()).or_insert(0) += sleeps;
+        }
+    }
+    Some(by_name)
 }
