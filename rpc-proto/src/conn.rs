@@ -1522,7 +1522,7 @@ where
     }
 
     /// Whether some call's deadline is watched (entries of calls that ended may still count
-    /// until the next [`Connection::handle_timeout`] past them).
+    /// until the next [`Connection::handle_timeout`]).
     pub fn has_deadlines(&self) -> bool {
         self.earliest_deadline().is_some()
     }
@@ -1555,6 +1555,11 @@ where
                 expired.push(expiry);
             }
         }
+        // Calls that ended are watched no more: a connection whose calls all ended has no
+        // deadline left (its endpoint need not tick for it until the latest would have passed).
+        let calls = &self.calls;
+        self.timers
+            .drop_ended(|id| calls.get(&id).is_some_and(|c| c.state == State::Open));
         if let Some(timeout) = self.timers.stall_timeout() {
             expired.extend(self.expire_stalled(now, timeout));
         }

@@ -1629,3 +1629,39 @@ fn a_later_offer_or_answer_withdraws_no_agreed_extension() {
     client.on_frame(&empty_answer).unwrap();
     assert!(client.whole_requests());
 }
+
+/// A call that ended stops counting as a watched deadline at the next timer step, not when
+/// its deadline would have passed: a server whose calls all ended watches none (its endpoint
+/// stops ticking for the connection), while a call still open keeps its own.
+#[test]
+fn deadlines_of_ended_calls_are_dropped_at_the_next_timer_step() {
+    let (mut client, mut server) = pair();
+    let (mut up, mut down) = (Wire::default(), Wire::default());
+    let now = Instant::now();
+    // Two calls with a minute to go; the second is answered, the first is not (yet).
+    let (first, second) = (client.open_call(7).unwrap(), client.open_call(7).unwrap());
+    let req = (Kind::Message, flags::END, 0, &[8, 2][..]);
+    send(&mut up, &mut client, first, req, ADD, 60_000_000);
+    send(&mut up, &mut client, second, req, ADD, 60_000_000);
+    // Taken with the time read (`handle_frame`): the deadlines start then.
+    while let Some(f) = up.frames.pop_front() {
+        server.handle_frame(&f, || now).expect("valid frame");
+        server.released(1);
+    }
+    let reply = (Kind::Message, flags::END, 0, &[8, 5][..]);
+    send(&mut down, &mut server, second, reply, 0, 0);
+    assert!(server.handle_timeout(now).is_empty(), "nothing expired");
+    assert!(server.deadline(first).is_some());
+    assert!(
+        server.has_deadlines(),
+        "the open call's deadline is watched"
+    );
+    send(&mut down, &mut server, first, reply, 0, 0);
+    assert_eq!(server.open_calls(), 0);
+    assert!(server.handle_timeout(now).is_empty(), "nothing expired");
+    assert!(
+        !server.has_deadlines(),
+        "no call is open: no deadline is watched, a minute before the first would pass"
+    );
+    assert_eq!(down.deliver(&mut client).len(), 2, "both replies arrived");
+}

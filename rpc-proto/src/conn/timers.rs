@@ -99,8 +99,9 @@ pub enum Expiry<C> {
 /// The timers' state of one connection.
 #[derive(Debug, Default)]
 pub(super) struct Timers {
-    /// Call deadlines, earliest first. Entries of calls that ended stay until popped or
-    /// compacted ([`Timers::watch`]): at most `64 + 2 × max_calls`.
+    /// Call deadlines, earliest first. Entries of calls that ended stay until popped, dropped
+    /// from the front at a timer step ([`Timers::drop_ended`]) or compacted
+    /// ([`Timers::watch`]): at most `64 + 2 × max_calls`.
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     keepalive: Option<Keepalive>,
     /// The least silence before a PING the peer asked for (a server's pace, §22.5).
@@ -174,6 +175,18 @@ impl Timers {
         self.deadlines.push(Reverse((deadline, call)));
         if self.deadlines.len() > 64 + 2 * max_calls as usize {
             self.deadlines.retain(|Reverse((_, id))| open(*id));
+        }
+    }
+
+    /// Drops the entries of calls that are no longer `open` from the front, up to the first
+    /// of a call still open: the earliest deadline watched is then one that may still end a
+    /// call (entries further back are dropped as they reach the front, or by [`Timers::watch`]).
+    pub(super) fn drop_ended(&mut self, open: impl Fn(u64) -> bool) {
+        while let Some(&Reverse((_, call))) = self.deadlines.peek() {
+            if open(call) {
+                return;
+            }
+            self.deadlines.pop();
         }
     }
 
