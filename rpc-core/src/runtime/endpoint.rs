@@ -326,6 +326,15 @@ impl Endpoint {
             while let Some(c) = state.batch.pop() {
                 self.route(c, state);
             }
+            // A closed connection is not kept for the next batch: its link, its registered
+            // memory and its core go as soon as nothing else holds them.
+            if state
+                .last
+                .as_ref()
+                .is_some_and(|(_, conn)| conn.is_closed())
+            {
+                state.last = None;
+            }
             if !state.orphans.held.is_empty() {
                 self.adopt_orphans(&mut state.orphans);
             }

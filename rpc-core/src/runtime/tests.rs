@@ -290,3 +290,44 @@ fn an_inline_handler_answering_past_the_deadline_is_deadline_exceeded() {
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
     assert!(err.message().contains("at the server"), "{err}");
 }
+
+/// A connection that closed is let go at once: its memory goes back to the server's budget,
+/// and the server stops watching its calls' deadlines. Before, the poller kept the last
+/// connection it had a completion from until another connection's came (with one client,
+/// for good), and nothing told the endpoint that the closed one's deadlines were gone: an
+/// idle server that had served calls with deadlines kept ticking every 10 ms.
+#[test]
+fn a_closed_connection_gives_back_its_memory_and_its_deadlines() {
+    // In memory ("mem:") and over TCP.
+    for addr in ["mem:closed-conn-let-go", "127.0.0.1:0"] {
+        let server = serve(addr, RingConfig::default());
+        let client = Client::builder()
+            .timeout(Duration::from_secs(60))
+            .connect(server.local_addr())
+            .unwrap();
+        for seed in 0..3 {
+            let reply = client
+                .unary::<Msg, Msg>(&METHODS[0], Request::new(msg(100, seed)))
+                .unwrap();
+            assert_eq!(reply.into_inner(), msg(100, seed));
+        }
+        assert!(
+            server.memory().used() > 0,
+            "{addr}: the connection holds memory"
+        );
+        drop(client);
+        let until = Instant::now() + Duration::from_secs(20);
+        while server.connections() > 0 || server.memory().used() > 0 || server.watches_deadlines() {
+            assert!(
+                Instant::now() < until,
+                "{addr}: 20 s after the client left: {} connections, {} bytes of the budget \
+                 in use, deadlines watched: {}",
+                server.connections(),
+                server.memory().used(),
+                server.watches_deadlines()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server.shutdown();
+    }
+}

@@ -474,6 +474,9 @@ impl Conn {
             .into_iter()
             .filter_map(|(_, user)| call_ended(user, status.clone()))
             .collect();
+        // No call, no deadline: the endpoint stops ticking for this connection now, not when
+        // the connection is dropped (which may be much later).
+        self.publish_deadlines(owned);
         failed.extend(owned.blocked.drain(..).map(Delivery::Ready));
         Delivery::Batch(failed)
     }

@@ -633,6 +633,13 @@ impl Server {
         self.shared.calls.counters.snapshot()
     }
 
+    /// Whether a connection of the server watches some call's deadline (its poller then
+    /// ticks).
+    #[cfg(test)]
+    pub(crate) fn watches_deadlines(&self) -> bool {
+        self.shared.calls.counters.deadlines_watched()
+    }
+
     /// Bytes the server registered with its RDMA device now (over verbs: its shared receive
     /// queue and its connections' send rings; 0 over other transports).
     pub fn registered_bytes(&self) -> u64 {
