@@ -634,9 +634,7 @@ where
 
     /// Whether the call is open.
     pub fn is_open(&self, call: u64) -> bool {
-        self.calls
-            .get(&call)
-            .is_some_and(|c| c.state == State::Open)
+        is_open_in(&self.calls, call)
     }
 
     /// The call's data, if the call is open.
@@ -1516,9 +1514,8 @@ where
             Role::Client => self.peer.max_calls,
         };
         let calls = &self.calls;
-        self.timers.watch(call, deadline, max_calls, |id| {
-            calls.get(&id).is_some_and(|c| c.state == State::Open)
-        });
+        self.timers
+            .watch(call, deadline, max_calls, |id| is_open_in(calls, id));
     }
 
     /// Whether some call's deadline is watched (entries of calls that ended may still count
@@ -1558,8 +1555,7 @@ where
         // Calls that ended are watched no more: a connection whose calls all ended has no
         // deadline left (its endpoint need not tick for it until the latest would have passed).
         let calls = &self.calls;
-        self.timers
-            .drop_ended(|id| calls.get(&id).is_some_and(|c| c.state == State::Open));
+        self.timers.drop_ended(|id| is_open_in(calls, id));
         if let Some(timeout) = self.timers.stall_timeout() {
             expired.extend(self.expire_stalled(now, timeout));
         }
@@ -2219,6 +2215,11 @@ where
 
 /// The order of frames within a call (`docs/PROTOCOL.md` §7), checked on each frame's first
 /// segment.
+/// [`Connection::is_open`] on the call table alone (the timers, say, stay free to borrow).
+fn is_open_in<C, P>(calls: &CallTable<Call<C, P>>, call: u64) -> bool {
+    calls.get(&call).is_some_and(|c| c.state == State::Open)
+}
+
 /// [`Connection::open_call_for`] on the call table alone (the rest of the connection stays
 /// free to borrow).
 fn open_call_in<'c, C, P>(
