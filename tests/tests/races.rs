@@ -395,6 +395,71 @@ fn server_shutdown_lets_calls_and_streams_in_flight_finish() {
     );
 }
 
+/// A server restarted at the same address (a rolling restart): once the old server's
+/// GOODBYE reaches the client, new calls go to a new connection, to the new server, while
+/// the call the old one is processing finishes there OK. Calls that cross the GOODBYE fail
+/// UNAVAILABLE (not processed); none waits for the old connection to close.
+#[test]
+fn after_a_goodbye_new_calls_go_to_a_new_connection() {
+    with_watchdog(
+        "restart at the same address",
+        Duration::from_secs(60),
+        || {
+            let old_census = Census::new();
+            let old = serve(&old_census);
+            let addr = old.local_addr().to_string();
+            let client = connect(&old);
+            // Within the old server's 5 s of grace: it closes its connection once this ends.
+            let long = rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(
+                SleepRequest {
+                    millis: 4_000,
+                    micros: 0,
+                },
+            );
+            wait_for("the old server started the long call", || {
+                old_census.started() == 1
+            });
+            let stopper = std::thread::spawn(move || old.shutdown());
+            // The old server stops listening before it says GOODBYE: the new one can bind then.
+            let new_census = Census::new();
+            let start = std::time::Instant::now();
+            let new = loop {
+                match Server::builder()
+                    .add_service(RaceServer::new(RaceService::new(&new_census)))
+                    .start(&addr, T)
+                {
+                    Ok(server) => break server,
+                    Err(e) => {
+                        assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            };
+            loop {
+                match client.nap(nap(1)) {
+                    Ok(_) => break,
+                    Err(status) => {
+                        assert_eq!(status.code(), Code::Unavailable, "{status}");
+                        assert!(start.elapsed() < SETTLE, "no call got through: {status}");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+            assert_eq!(new_census.finished(), 1, "the new server served the call");
+            assert_eq!(
+                old_census.finished(),
+                0,
+                "the new call did not wait for the old connection to close"
+            );
+            long.wait().expect("the call the old server processes");
+            stopper.join().expect("the old server's shutdown");
+            assert_eq!(old_census.finished(), 1);
+            still_works(&client);
+            new.shutdown();
+        },
+    );
+}
+
 /// Dropping the client (every handle) while its response streams flow: the streams end with
 /// an error (the connection is gone) instead of waiting forever, and the server drops their
 /// handlers and the connection. 30 rounds against one server, which keeps serving.

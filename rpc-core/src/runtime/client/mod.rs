@@ -401,11 +401,13 @@ impl Native {
         Ok(self.endpoint.add_link(link, memory))
     }
 
-    /// The live connection, reconnecting once if the previous one was lost (outside the
-    /// lock: connecting is I/O).
+    /// The live connection, reconnecting once if the previous one was lost or its server
+    /// said GOODBYE (outside the lock: connecting is I/O). A connection left after a
+    /// GOODBYE stays registered until its server closes it: the calls it processes finish
+    /// there.
     fn conn(&self) -> Result<Arc<Conn>, Status> {
         if let Some(c) = self.conn.read().as_ref() {
-            if !c.is_closed() {
+            if c.takes_new_calls() {
                 return Ok(Arc::clone(c));
             }
         }
@@ -414,7 +416,7 @@ impl Native {
             .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
         let mut slot = self.conn.write();
         if let Some(c) = slot.as_ref() {
-            if !c.is_closed() {
+            if c.takes_new_calls() {
                 // Another caller reconnected first: use its connection.
                 let existing = Arc::clone(c);
                 drop(slot);

@@ -105,6 +105,10 @@ pub(crate) struct Conn {
     /// metadata opens in one frame ([`Conn::encode_whole_request`]). Raised once, by the
     /// owner that read the acceptance; callers encoding a request read it.
     whole_requests: Flag,
+    /// Client: the server said GOODBYE (PROTOCOL.md §14): it takes no new call here, so new
+    /// calls go to a new connection while this one finishes the calls it processes. Raised
+    /// once, by the owner that read the GOODBYE; callers picking a connection read it.
+    going_away: Flag,
 }
 
 impl Conn {
@@ -193,12 +197,19 @@ impl Conn {
                 counters,
                 closed: Flag::new(false),
                 whole_requests: Flag::new(false),
+                going_away: Flag::new(false),
             }
         })
     }
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.is_raised()
+    }
+
+    /// Client: whether this connection takes new calls: it is open and its server has not
+    /// said GOODBYE.
+    pub(crate) fn takes_new_calls(&self) -> bool {
+        !self.closed.is_raised() && !self.going_away.is_raised()
     }
 
     /// Tears the link down; a `Closed` completion follows and fails the calls.

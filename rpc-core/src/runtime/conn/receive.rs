@@ -184,6 +184,8 @@ impl Conn {
             } => {
                 drop(buf);
                 tracing::debug!(peer = %self.peer, last_call, "peer said goodbye");
+                // New calls go elsewhere (a new connection); this one finishes its calls.
+                self.going_away.raise();
                 let status = Status::unavailable(format!(
                     "{} is shutting down; the call was not processed",
                     self.peer

@@ -646,7 +646,9 @@ impl Server {
         self.endpoints.iter().map(|e| e.registered_bytes()).sum()
     }
 
-    /// Number of live connections of this framework's protocol, over every transport.
+    /// Number of live connections of this framework's protocol, over every transport. A
+    /// connection leaves the count as it closes; its rings and calls' memory go back to
+    /// [`Server::memory`] a moment later, when the last thread working on it lets go.
     pub fn connections(&self) -> usize {
         self.endpoints.iter().map(|e| e.conns().len()).sum()
     }
