@@ -398,24 +398,23 @@ fn server_shutdown_lets_calls_and_streams_in_flight_finish() {
 /// A server restarted at the same address (a rolling restart): once the old server's
 /// GOODBYE reaches the client, new calls go to a new connection, to the new server, while
 /// the call the old one is processing finishes there OK. Calls that cross the GOODBYE fail
-/// UNAVAILABLE (not processed); none waits for the old connection to close.
-#[test]
-fn after_a_goodbye_new_calls_go_to_a_new_connection() {
+/// UNAVAILABLE (not processed); none waits for the old connection to close. With
+/// `async_calls`, the calls after the GOODBYE are futures, which connect off their thread.
+fn restart_at_the_same_address(async_calls: bool) {
     with_watchdog(
         "restart at the same address",
         Duration::from_secs(60),
-        || {
+        move || {
             let old_census = Census::new();
             let old = serve(&old_census);
             let addr = old.local_addr().to_string();
             let client = connect(&old);
+            let futures = || rpc_tests::testing::race_client::RaceClient::from(client.clone());
             // Within the old server's 5 s of grace: it closes its connection once this ends.
-            let long = rpc_tests::testing::race_client::RaceClient::from(client.clone()).nap(
-                SleepRequest {
-                    millis: 4_000,
-                    micros: 0,
-                },
-            );
+            let long = futures().nap(SleepRequest {
+                millis: 4_000,
+                micros: 0,
+            });
             wait_for("the old server started the long call", || {
                 old_census.started() == 1
             });
@@ -436,7 +435,11 @@ fn after_a_goodbye_new_calls_go_to_a_new_connection() {
                 }
             };
             loop {
-                match client.nap(nap(1)) {
+                let result = match async_calls {
+                    true => futures().nap(nap(1)).wait(),
+                    false => client.nap(nap(1)),
+                };
+                match result {
                     Ok(_) => break,
                     Err(status) => {
                         assert_eq!(status.code(), Code::Unavailable, "{status}");
@@ -458,6 +461,16 @@ fn after_a_goodbye_new_calls_go_to_a_new_connection() {
             new.shutdown();
         },
     );
+}
+
+#[test]
+fn after_a_goodbye_new_calls_go_to_a_new_connection() {
+    restart_at_the_same_address(false);
+}
+
+#[test]
+fn after_a_goodbye_new_futures_go_to_a_new_connection() {
+    restart_at_the_same_address(true);
 }
 
 /// Dropping the client (every handle) while its response streams flow: the streams end with

@@ -401,15 +401,23 @@ impl Native {
         Ok(self.endpoint.add_link(link, memory))
     }
 
+    /// The connection if it takes new calls; `None` when [`Native::conn`] would reconnect
+    /// (I/O, which an async caller leaves to a thread of its own).
+    fn live_conn(&self) -> Option<Arc<Conn>> {
+        self.conn
+            .read()
+            .as_ref()
+            .filter(|c| c.takes_new_calls())
+            .map(Arc::clone)
+    }
+
     /// The live connection, reconnecting once if the previous one was lost or its server
     /// said GOODBYE (outside the lock: connecting is I/O). A connection left after a
     /// GOODBYE stays registered until its server closes it: the calls it processes finish
     /// there.
     fn conn(&self) -> Result<Arc<Conn>, Status> {
-        if let Some(c) = self.conn.read().as_ref() {
-            if c.takes_new_calls() {
-                return Ok(Arc::clone(c));
-            }
+        if let Some(c) = self.live_conn() {
+            return Ok(c);
         }
         let fresh = self
             .connect_link()
@@ -505,15 +513,21 @@ impl Client {
         }
     }
 
-    /// [`Client::wire`] for an async caller: a lazy client connects on a thread of its own.
+    /// [`Client::wire`] for an async caller: a lazy client connects, and one whose
+    /// connection was lost or said GOODBYE reconnects, on a thread of its own (connecting
+    /// is I/O, which would hold up the caller's executor).
     async fn wire_async(&self) -> Result<&Wire, Status> {
-        if let Some(wire) = self.inner.wire.get() {
-            return Ok(wire);
+        match self.inner.wire.get() {
+            Some(wire @ Wire::Grpc(_)) => return Ok(wire),
+            Some(wire @ Wire::Native(native)) if native.live_conn().is_some() => return Ok(wire),
+            _ => {}
         }
         let client = self.clone();
-        let connecting =
-            super::on_own_thread("rpc-connect", move || client.connect_lazily().map(|_| ()))
-                .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
+        let connecting = super::on_own_thread("rpc-connect", move || match client.wire()? {
+            Wire::Native(native) => native.conn().map(drop),
+            Wire::Grpc(_) => Ok(()),
+        })
+        .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
         connecting.await.unwrap_or_else(|| {
             Err(Status::unavailable(
                 "not connected: the connecting thread ended without a result",

@@ -306,17 +306,17 @@ impl Client {
     fn start<Req: prost::Message>(
         &self,
         native: &Native,
+        conn: Arc<Conn>,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
         blocking: bool,
-    ) -> Result<Started, Status> {
+    ) -> Started {
         // Only when traced: a disabled span still costs its entering and exit per call.
         let _span = InlineDrop::new(
             tracing::enabled!(tracing::Level::TRACE)
                 .then(|| tracing::trace_span!("call", method = method.path).entered()),
         );
         self.inner.counters.call();
-        let conn = native.conn()?;
         let (timeout_us, deadline) = self.timing(request);
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
@@ -339,7 +339,7 @@ impl Client {
             headers,
             message: Some(frame),
         });
-        Ok(Started {
+        Started {
             endpoint: Arc::clone(&native.endpoint),
             conn,
             cell,
@@ -349,7 +349,7 @@ impl Client {
             driven: false,
             holds_reply_slot: false,
             ticked_deadline,
-        })
+        }
     }
 
     #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
@@ -391,8 +391,9 @@ impl Client {
                 return self.counted(result);
             }
         };
-        match self.start(native, method, &request, true) {
-            Ok(started) => {
+        match native.conn() {
+            Ok(conn) => {
+                let started = self.start(native, conn, method, &request, true);
                 let result = started.wait(self.inner.config.spin, method);
                 self.finish(result)
             }
@@ -417,6 +418,13 @@ impl Client {
             Err(status) => return self.failed_call(method, status),
         };
         let state = match self.inner.wire.get() {
+            // Connecting is I/O: a call that needs it connects off the executor's thread.
+            Some(Wire::Native(native)) => match native.live_conn() {
+                Some(conn) => {
+                    FutureState::Pending(self.start(native, conn, method, &request, false))
+                }
+                None => self.connect_then_start(method, request),
+            },
             Some(wire) => self.start_future(wire, method, &request),
             None => self.connect_then_start(method, request),
         };
@@ -459,8 +467,9 @@ impl Client {
         Resp: prost::Message + Default,
     {
         match wire {
-            Wire::Native(native) => match self.start(native, method, request, false) {
-                Ok(started) => FutureState::Pending(started),
+            // After `wire_async`: the connection it made, unless that one is gone already.
+            Wire::Native(native) => match native.conn() {
+                Ok(conn) => FutureState::Pending(self.start(native, conn, method, request, false)),
                 Err(status) => FutureState::Failed(Some(status)),
             },
             Wire::Grpc(_) => {
@@ -476,8 +485,8 @@ impl Client {
         }
     }
 
-    /// A lazy client's first call: the future connects (off its executor's thread), then
-    /// starts the call.
+    /// A lazy client's first call, or a call whose connection was lost or said GOODBYE: the
+    /// future connects (off its executor's thread), then starts the call.
     #[cold]
     fn connect_then_start<Req, Resp>(
         &self,
