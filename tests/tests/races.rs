@@ -400,7 +400,9 @@ fn server_shutdown_lets_calls_and_streams_in_flight_finish() {
 /// the call the old one is processing finishes there OK. Calls that cross the GOODBYE fail
 /// UNAVAILABLE (not processed); none waits for the old connection to close. With
 /// `async_calls`, the calls after the GOODBYE are futures, which connect off their thread.
-fn restart_at_the_same_address(async_calls: bool) {
+/// The client speaks `transport` (gRPC: to the server's gRPC face, whose GOAWAY is the
+/// GOODBYE).
+fn restart_at_the_same_address(async_calls: bool, transport: TransportKind) {
     with_watchdog(
         "restart at the same address",
         Duration::from_secs(60),
@@ -408,7 +410,12 @@ fn restart_at_the_same_address(async_calls: bool) {
             let old_census = Census::new();
             let old = serve(&old_census);
             let addr = old.local_addr().to_string();
-            let client = connect(&old);
+            let client = RaceClient::new(
+                Client::builder()
+                    .transport(transport)
+                    .connect(&addr)
+                    .expect("connects"),
+            );
             let futures = || rpc_tests::testing::race_client::RaceClient::from(client.clone());
             // Within the old server's 5 s of grace: it closes its connection once this ends.
             let long = futures().nap(SleepRequest {
@@ -465,12 +472,17 @@ fn restart_at_the_same_address(async_calls: bool) {
 
 #[test]
 fn after_a_goodbye_new_calls_go_to_a_new_connection() {
-    restart_at_the_same_address(false);
+    restart_at_the_same_address(false, T);
 }
 
 #[test]
 fn after_a_goodbye_new_futures_go_to_a_new_connection() {
-    restart_at_the_same_address(true);
+    restart_at_the_same_address(true, T);
+}
+
+#[test]
+fn after_a_goaway_new_grpc_calls_go_to_a_new_connection() {
+    restart_at_the_same_address(false, TransportKind::Grpc);
 }
 
 /// Dropping the client (every handle) while its response streams flow: the streams end with
