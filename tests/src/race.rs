@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures_timer::Delay;
-use rpc_core::{Request, Response, Status, Streaming};
+use rpc_core::{Client, Code, Request, Response, Server, Status, Streaming, TransportKind};
 
 use crate::scenarios::payload;
 use crate::testing::race_server::Race;
@@ -222,4 +222,92 @@ pub fn read_to_end(
             Err(status) => return (n, Err(status)),
         }
     }
+}
+
+/// A server restarted at the same address (a rolling restart), the old one serving on `bind`
+/// over `server_transport` and the client speaking `client_transport` (gRPC: to the server's
+/// gRPC face, whose GOAWAY is the GOODBYE). Once the old server's GOODBYE reaches the client,
+/// new calls go to a new connection, to the new server, while the call the old one is
+/// processing finishes there OK. Calls that cross the GOODBYE may fail UNAVAILABLE (not
+/// processed); none waits for the old connection to close. With `async_calls`, the calls
+/// after the GOODBYE are futures, which connect off their thread. Panics on a failure; the
+/// caller runs it under a watchdog.
+pub fn restart_at_the_same_address(
+    bind: &str,
+    server_transport: TransportKind,
+    client_transport: TransportKind,
+    async_calls: bool,
+) {
+    use crate::testing::race_client::{blocking, RaceClient};
+    use crate::testing::race_server::RaceServer;
+    // What takes milliseconds, with room for a loaded machine.
+    const SETTLE: Duration = Duration::from_secs(20);
+    let serve = |addr: &str, census: &Arc<Census>| {
+        Server::builder()
+            .add_service(RaceServer::new(RaceService::new(census)))
+            .start(addr, server_transport)
+    };
+    let old_census = Census::new();
+    let old = serve(bind, &old_census).expect("the old server starts");
+    let addr = old.local_addr().to_string();
+    let client = Client::builder()
+        .transport(client_transport)
+        .connect(&addr)
+        .expect("connects");
+    let blocking = blocking::RaceClient::new(client.clone());
+    let futures = || RaceClient::new(client.clone());
+    // Within the old server's 5 s of grace: it closes its connection once this ends.
+    let long = futures().nap(SleepRequest {
+        millis: 4_000,
+        micros: 0,
+    });
+    let start = Instant::now();
+    while old_census.started() < 1 {
+        assert!(
+            start.elapsed() < SETTLE,
+            "the old server never started the call"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stopper = std::thread::spawn(move || old.shutdown());
+    // The old server stops listening before it says GOODBYE: the new one can bind then.
+    let new_census = Census::new();
+    let new = loop {
+        match serve(&addr, &new_census) {
+            Ok(server) => break server,
+            Err(e) => {
+                assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    };
+    let short = SleepRequest {
+        millis: 0,
+        micros: 1,
+    };
+    loop {
+        let result = match async_calls {
+            true => futures().nap(short).wait(),
+            false => blocking.nap(short),
+        };
+        match result {
+            Ok(_) => break,
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status}");
+                assert!(start.elapsed() < SETTLE, "no call got through: {status}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    assert_eq!(new_census.finished(), 1, "the new server served the call");
+    assert_eq!(
+        old_census.finished(),
+        0,
+        "the new call did not wait for the old connection to close"
+    );
+    long.wait().expect("the call the old server processes");
+    stopper.join().expect("the old server's shutdown");
+    assert_eq!(old_census.finished(), 1);
+    blocking.nap(short).expect("a call after the restart");
+    new.shutdown();
 }

@@ -25,7 +25,9 @@ use futures::future::{self, Either};
 use futures_timer::Delay;
 use rpc_core::protocol::Connection;
 use rpc_core::{Client, Code, Request, RingConfig, Server, Status, Streaming, TransportKind};
-use rpc_tests::race::{check_message, flood, read_to_end, Census, RaceService};
+use rpc_tests::race::{
+    check_message, flood, read_to_end, restart_at_the_same_address, Census, RaceService,
+};
 use rpc_tests::scenarios::{payload, with_watchdog};
 use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
@@ -395,94 +397,28 @@ fn server_shutdown_lets_calls_and_streams_in_flight_finish() {
     );
 }
 
-/// A server restarted at the same address (a rolling restart): once the old server's
-/// GOODBYE reaches the client, new calls go to a new connection, to the new server, while
-/// the call the old one is processing finishes there OK. Calls that cross the GOODBYE fail
-/// UNAVAILABLE (not processed); none waits for the old connection to close. With
-/// `async_calls`, the calls after the GOODBYE are futures, which connect off their thread.
-/// The client speaks `transport` (gRPC: to the server's gRPC face, whose GOAWAY is the
-/// GOODBYE).
-fn restart_at_the_same_address(async_calls: bool, transport: TransportKind) {
+/// A server restarted at the same address: see [`restart_at_the_same_address`].
+fn restart(async_calls: bool, client_transport: TransportKind) {
     with_watchdog(
         "restart at the same address",
         Duration::from_secs(60),
-        move || {
-            let old_census = Census::new();
-            let old = serve(&old_census);
-            let addr = old.local_addr().to_string();
-            let client = RaceClient::new(
-                Client::builder()
-                    .transport(transport)
-                    .connect(&addr)
-                    .expect("connects"),
-            );
-            let futures = || rpc_tests::testing::race_client::RaceClient::from(client.clone());
-            // Within the old server's 5 s of grace: it closes its connection once this ends.
-            let long = futures().nap(SleepRequest {
-                millis: 4_000,
-                micros: 0,
-            });
-            wait_for("the old server started the long call", || {
-                old_census.started() == 1
-            });
-            let stopper = std::thread::spawn(move || old.shutdown());
-            // The old server stops listening before it says GOODBYE: the new one can bind then.
-            let new_census = Census::new();
-            let start = std::time::Instant::now();
-            let new = loop {
-                match Server::builder()
-                    .add_service(RaceServer::new(RaceService::new(&new_census)))
-                    .start(&addr, T)
-                {
-                    Ok(server) => break server,
-                    Err(e) => {
-                        assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-            };
-            loop {
-                let result = match async_calls {
-                    true => futures().nap(nap(1)).wait(),
-                    false => client.nap(nap(1)),
-                };
-                match result {
-                    Ok(_) => break,
-                    Err(status) => {
-                        assert_eq!(status.code(), Code::Unavailable, "{status}");
-                        assert!(start.elapsed() < SETTLE, "no call got through: {status}");
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-            }
-            assert_eq!(new_census.finished(), 1, "the new server served the call");
-            assert_eq!(
-                old_census.finished(),
-                0,
-                "the new call did not wait for the old connection to close"
-            );
-            long.wait().expect("the call the old server processes");
-            stopper.join().expect("the old server's shutdown");
-            assert_eq!(old_census.finished(), 1);
-            still_works(&client);
-            new.shutdown();
-        },
+        move || restart_at_the_same_address("127.0.0.1:0", T, client_transport, async_calls),
     );
 }
 
 #[test]
 fn after_a_goodbye_new_calls_go_to_a_new_connection() {
-    restart_at_the_same_address(false, T);
+    restart(false, T);
 }
 
 #[test]
 fn after_a_goodbye_new_futures_go_to_a_new_connection() {
-    restart_at_the_same_address(true, T);
+    restart(true, T);
 }
 
 #[test]
 fn after_a_goaway_new_grpc_calls_go_to_a_new_connection() {
-    restart_at_the_same_address(false, TransportKind::Grpc);
+    restart(false, TransportKind::Grpc);
 }
 
 /// Dropping the client (every handle) while its response streams flow: the streams end with

@@ -15,7 +15,7 @@ use rpc_core::protocol::{Header, Kind};
 use rpc_core::transport::verbs::{verbs_device_for, VerbsEndpoint};
 use rpc_core::transport::{Completion, CompletionQueue, Link, RingConfig, SharedRings};
 use rpc_core::{Client, Code, Request, Server, TransportKind};
-use rpc_tests::race::{flood, read_to_end, Census, RaceService};
+use rpc_tests::race::{flood, read_to_end, restart_at_the_same_address, Census, RaceService};
 use rpc_tests::scenarios::{self, connect, payload, serve, TortureService, RING};
 use rpc_tests::testing::race_client::blocking::RaceClient;
 use rpc_tests::testing::race_server::RaceServer;
@@ -337,6 +337,59 @@ fn verbs_server_stopped_mid_run_gives_unavailable() {
     let server = serve(&format!("{ip}:0"), V);
     let client = connect(&server, V);
     scenarios::server_stopped_mid_run(server, &client);
+}
+
+/// A verbs server restarted at the same address (a rolling restart): after the old server's
+/// GOODBYE, new calls, blocking and futures, go to a new connection to the new server while
+/// the old one finishes its call (`rpc_tests::race::restart_at_the_same_address`).
+#[test]
+fn verbs_after_a_goodbye_new_calls_go_to_a_new_connection() {
+    let Some(ip) = verbs_addr() else { return };
+    for async_calls in [false, true] {
+        let bind = format!("{ip}:0");
+        scenarios::with_watchdog("verbs restart", Duration::from_secs(60), move || {
+            restart_at_the_same_address(&bind, V, V, async_calls)
+        });
+    }
+}
+
+/// A graceful shutdown while a call runs: its answer reaches the client. (The server closed
+/// its connections as soon as its handlers were done, and the RDMA disconnect flushed the
+/// answer's SEND still on its way: the call failed UNAVAILABLE, "peer disconnected".)
+#[test]
+fn verbs_a_graceful_shutdown_delivers_the_answer_of_a_call_in_flight() {
+    let Some(ip) = verbs_addr() else { return };
+    scenarios::with_watchdog(
+        "verbs graceful shutdown",
+        Duration::from_secs(60),
+        move || {
+            let census = Census::new();
+            let server = serve_race(&ip, &census);
+            let mut client = rpc_tests::testing::race_client::RaceClient::new(
+                Client::builder()
+                    .transport(V)
+                    .connect(server.local_addr())
+                    .expect("connects"),
+            );
+            let call = client.nap(SleepRequest {
+                millis: 2_000,
+                micros: 0,
+            });
+            let start = Instant::now();
+            while census.started() < 1 {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "the call never started"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let stopper = std::thread::spawn(move || server.shutdown());
+            call.wait()
+                .expect("the answer of a call in flight at a graceful shutdown");
+            stopper.join().expect("the shutdown");
+            assert_eq!(census.finished(), 1);
+        },
+    );
 }
 
 // ----- a blocking stream reader polls the completion queue itself ---------------------

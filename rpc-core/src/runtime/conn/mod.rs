@@ -55,7 +55,16 @@ pub(crate) struct Owned {
     /// Server: the earliest deadline last published in `Conn::earliest_deadline` (most new
     /// deadlines are later: publishing is then skipped).
     earliest_published: Option<Instant>,
+    /// Server, shutting down: the [`DRAIN_PING`] went out after every answer; the connection
+    /// closes when the client acknowledges it.
+    draining: bool,
 }
+
+/// The value of the PING a server shutting down sends each client once its handlers are
+/// done (`RP-CLOSE` on the wire; no extension's tag): the client's answer comes after it
+/// received every frame sent before it, so closing then loses no answer still on its way,
+/// over RDMA (where a disconnect flushes SENDs not yet completed) as over TCP.
+pub(crate) const DRAIN_PING: u64 = u64::from_le_bytes(*b"RP-CLOSE");
 
 /// The time limits a connection's core enforces.
 #[derive(Debug, Clone, Copy, Default)]
@@ -192,6 +201,7 @@ impl Conn {
                     published_owed: 0,
                     spare_awaiting: None,
                     earliest_published: None,
+                    draining: false,
                 }),
                 dispatch,
                 counters,

@@ -196,8 +196,14 @@ impl Conn {
                     .collect();
                 (!failed.is_empty()).then_some(Delivery::Batch(failed))
             }
-            Event::Pong { .. } => {
+            Event::Pong { data } => {
                 drop(buf);
+                if owned.draining && data == super::DRAIN_PING {
+                    // The client has every frame sent before the PING: nothing is lost now.
+                    tracing::debug!(peer = %self.peer, "client acknowledged the drain; closing");
+                    self.close();
+                    return None;
+                }
                 // The server's answer to our offer of extensions may have come (§22.1).
                 if owned.core.whole_requests() {
                     self.whole_requests.raise();

@@ -219,6 +219,11 @@ impl Conn {
                 owned.core.goodbye();
                 None
             }
+            Work::Drain => {
+                owned.core.ping(super::DRAIN_PING);
+                owned.draining = true;
+                None
+            }
             Work::Closed(reason) => Some(self.fail_all(owned, &reason)),
         }
     }

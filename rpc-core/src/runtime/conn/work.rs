@@ -157,6 +157,11 @@ pub(crate) enum Work {
     Flush,
     /// Server: GOODBYE.
     Goodbye,
+    /// Server, shutting down with every handler done: PING the client ([`DRAIN_PING`]) and
+    /// close once it answers.
+    ///
+    /// [`DRAIN_PING`]: super::DRAIN_PING
+    Drain,
     /// The link is gone.
     Closed(String),
 }

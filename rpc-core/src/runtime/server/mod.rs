@@ -732,6 +732,19 @@ impl Server {
         while self.shared.calls.in_flight.get() > 0 && Instant::now() < give_up {
             std::thread::sleep(Duration::from_millis(1));
         }
+        if !grace.is_zero() {
+            // Every handler is done: each connection PINGs its client and closes at the
+            // answer, which comes after the client received every answer sent before it
+            // (closing at once could destroy those still on their way: an RDMA disconnect
+            // flushes SENDs not yet completed). Clients that do not answer are closed at
+            // the end of the grace.
+            for conn in self.endpoints.iter().flat_map(|e| e.conns().to_vec()) {
+                conn.submit(Work::Drain);
+            }
+            while self.connections() > 0 && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         for endpoint in self.endpoints.iter() {
             for conn in endpoint.conns().iter() {
                 endpoint.close_conn(conn, "server shut down");
