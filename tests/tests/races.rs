@@ -421,6 +421,63 @@ fn after_a_goaway_new_grpc_calls_go_to_a_new_connection() {
     restart(false, TransportKind::Grpc);
 }
 
+/// Dropping the client after a GOODBYE made it reconnect: the stream still open on the old
+/// connection ends at once with an error (the client closes every connection it has, the one
+/// left after the GOODBYE included), instead of running on for the old server's grace and
+/// then waiting forever for a close that no thread handles any more.
+#[test]
+fn dropping_the_client_after_a_reconnect_ends_the_old_connections_streams() {
+    with_watchdog("drop after reconnect", Duration::from_secs(60), || {
+        let old_census = Census::new();
+        let old = serve(&old_census);
+        let addr = old.local_addr().to_string();
+        let client = connect(&old);
+        let mut stream = client
+            .flood(flood(64, 0, 1000))
+            .expect("a stream opens")
+            .into_inner();
+        let first = stream.blocking_message().expect("a message");
+        check_message(&first.expect("an endless stream"), 0, 64);
+        let stopper = std::thread::spawn(move || old.shutdown());
+        let new_census = Census::new();
+        let start = std::time::Instant::now();
+        let new = loop {
+            let bound = Server::builder()
+                .add_service(RaceServer::new(RaceService::new(&new_census)))
+                .start(&addr, T);
+            match bound {
+                Ok(server) => break server,
+                Err(e) => {
+                    assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        // A call on a new connection: the GOODBYE reached the client.
+        loop {
+            match client.nap(nap(1)) {
+                Ok(_) => break,
+                Err(status) => {
+                    assert_eq!(status.code(), Code::Unavailable, "{status}");
+                    assert!(start.elapsed() < SETTLE, "no call got through: {status}");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        assert_eq!(new_census.finished(), 1, "the new server served the call");
+        drop(client);
+        // (Before, it hung here: the watchdog fails the test then.)
+        let (_, end) = read_to_end(&mut stream, 1, 64);
+        let status = end.expect_err("the client is gone");
+        assert!(
+            matches!(status.code(), Code::Unavailable | Code::Cancelled),
+            "{status}"
+        );
+        stopper.join().expect("the old server's shutdown");
+        new.shutdown();
+    });
+}
+
 /// Dropping the client (every handle) while its response streams flow: the streams end with
 /// an error (the connection is gone) instead of waiting forever, and the server drops their
 /// handlers and the connection. 30 rounds against one server, which keeps serving.

@@ -439,9 +439,11 @@ impl Native {
     }
 
     fn stop(&self) {
-        let conn = self.conn.write().take();
-        if let Some(c) = conn {
-            self.endpoint.close_conn(&c, "client dropped");
+        self.conn.write().take();
+        // The connection in use, and any left after a GOODBYE that still finishes calls:
+        // their calls and streams end now (nobody polls for their close afterwards).
+        for conn in self.endpoint.conns().iter() {
+            self.endpoint.close_conn(conn, "client dropped");
         }
         self.endpoint.stop();
         let poller = self.poller.lock().take();
