@@ -421,6 +421,80 @@ fn after_a_goaway_new_grpc_calls_go_to_a_new_connection() {
     restart(false, TransportKind::Grpc);
 }
 
+/// Blocking calls from 4 threads while the server restarts 20 times at the same address:
+/// a call its server did not process, one that met a GOODBYE before it went out or one the
+/// GOODBYE gave back, is made again on the next connection, so none fails for it. (Calls
+/// fail UNAVAILABLE otherwise while no server listens: those are counted, not asserted.)
+#[test]
+fn calls_a_goodbye_gives_back_are_made_again_on_the_next_connection() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Mutex;
+    with_watchdog(
+        "calls given back by GOODBYEs",
+        Duration::from_secs(120),
+        || {
+            let census = Census::new();
+            let first = serve(&census);
+            let addr = first.local_addr().to_string();
+            let client = connect(&first);
+            let stop = AtomicBool::new(false);
+            let (served, given_back) = (AtomicU64::new(0), Mutex::new(Vec::new()));
+            let last = std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        while !stop.load(Ordering::Relaxed) {
+                            match client.nap(nap(1)) {
+                                Ok(_) => {
+                                    served.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(status)
+                                    if status.message().contains("accepts no new calls")
+                                        || status.message().contains("not processed") =>
+                                {
+                                    given_back.lock().unwrap().push(status.to_string());
+                                }
+                                // No server listens for a moment: not what this test is about.
+                                Err(status) => {
+                                    assert_eq!(status.code(), Code::Unavailable, "{status}");
+                                    std::thread::sleep(Duration::from_micros(200));
+                                }
+                            }
+                        }
+                    });
+                }
+                let mut server = first;
+                for _ in 0..20 {
+                    std::thread::sleep(Duration::from_millis(30));
+                    server.shutdown();
+                    let start = std::time::Instant::now();
+                    server = loop {
+                        let bound = Server::builder()
+                            .add_service(RaceServer::new(RaceService::new(&census)))
+                            .start(&addr, T);
+                        match bound {
+                            Ok(server) => break server,
+                            Err(e) => {
+                                assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                        }
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(30));
+                stop.store(true, Ordering::Relaxed);
+                server
+            });
+            assert!(served.load(Ordering::Relaxed) > 0, "calls were served");
+            assert_eq!(
+                given_back.into_inner().unwrap(),
+                Vec::<String>::new(),
+                "calls the servers did not process failed instead of going to the next connection"
+            );
+            last.shutdown();
+        },
+    );
+}
+
 /// Dropping the client after a GOODBYE made it reconnect: the stream still open on the old
 /// connection ends at once with an error (the client closes every connection it has, the one
 /// left after the GOODBYE included), instead of running on for the old server's grace and

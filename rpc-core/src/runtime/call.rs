@@ -263,6 +263,11 @@ pub(crate) struct CallCell {
     id: Published,
     /// A thread is waiting and will decode the reply at once: it may stay in its slot.
     pub(crate) thread_waiting: Flag,
+    /// The call failed without its server processing it (PROTOCOL.md §14): it never went
+    /// out (its connection was closed, or had heard GOODBYE, when its turn came), or the
+    /// server's GOODBYE gave it back. Raised before the outcome is left, so a caller that
+    /// has the outcome sees it: such a call may be made again on another connection.
+    unprocessed: Flag,
 }
 
 impl CallCell {
@@ -271,7 +276,19 @@ impl CallCell {
             outcome: Oneshot::new(),
             id: Published::new(0),
             thread_waiting: Flag::new(false),
+            unprocessed: Flag::new(false),
         })
+    }
+
+    /// Marks the call as one its server did not process (see `unprocessed`), before its
+    /// outcome is left.
+    pub(crate) fn mark_unprocessed(&self) {
+        self.unprocessed.raise();
+    }
+
+    /// Whether the call failed without its server processing it (see `unprocessed`).
+    pub(crate) fn was_unprocessed(&self) -> bool {
+        self.unprocessed.is_raised()
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -309,6 +326,7 @@ impl CallCell {
         self.outcome.reset();
         self.id.set(0);
         self.thread_waiting.set(false);
+        self.unprocessed.set(false);
     }
 
     /// Parks the calling thread until the outcome is there or `deadline` passes (`None`).

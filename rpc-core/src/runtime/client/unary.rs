@@ -77,6 +77,20 @@ thread_local! {
     static SPARE_CELL: Cell<Option<Arc<CallCell>>> = const { Cell::new(None) };
 }
 
+/// Most times a blocking unary call is made when its server did not process it (see
+/// [`CallCell::was_unprocessed`]): once, and again after a second GOODBYE or close.
+const MAX_ATTEMPTS: u32 = 3;
+
+/// The timing of a call made again: what is left of its deadline (`None`: it passed).
+fn retry_timing((timeout_us, deadline): (u32, Option<Instant>)) -> Option<(u32, Option<Instant>)> {
+    let Some(deadline) = deadline else {
+        return Some((timeout_us, None));
+    };
+    let left = deadline.checked_duration_since(Instant::now())?;
+    let left_us = left.as_micros().clamp(1, u32::MAX as u128) as u32;
+    Some((left_us, Some(deadline)))
+}
+
 /// A call cell for a new call: a pooled one that nobody holds any more, else a new one.
 pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
     // The thread's spare first, then two of the pool's. The most recently finished cells may
@@ -301,7 +315,8 @@ fn with_metadata<Req: prost::Message>(
 }
 
 impl Client {
-    /// Starts a unary call; returns the call's cell and id, or the status it failed with.
+    /// Starts a unary call on `conn` with `timing` (its `timeout_us` and deadline, from
+    /// [`Client::timing`]); `blocking`: a thread waits for it (not a future).
     #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     fn start<Req: prost::Message>(
         &self,
@@ -309,7 +324,7 @@ impl Client {
         conn: Arc<Conn>,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
-        blocking: bool,
+        (blocking, (timeout_us, deadline)): (bool, (u32, Option<Instant>)),
     ) -> Started {
         // Only when traced: a disabled span still costs its entering and exit per call.
         let _span = InlineDrop::new(
@@ -317,7 +332,6 @@ impl Client {
                 .then(|| tracing::trace_span!("call", method = method.path).entered()),
         );
         self.inner.counters.call();
-        let (timeout_us, deadline) = self.timing(request);
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.set(blocking);
@@ -391,13 +405,28 @@ impl Client {
                 return self.counted(result);
             }
         };
-        match native.conn() {
-            Ok(conn) => {
-                let started = self.start(native, conn, method, &request, true);
-                let result = started.wait(self.inner.config.spin, method);
-                self.finish(result)
+        let mut timing = self.timing(&request);
+        let mut attempts = 1;
+        loop {
+            let conn = match native.conn() {
+                Ok(conn) => conn,
+                Err(status) => return self.finish(Err(status)),
+            };
+            let started = self.start(native, conn, method, &request, (true, timing));
+            let result = started.wait(self.inner.config.spin, method);
+            // A call its server did not process (it never went out, or a GOODBYE gave it
+            // back) is made again on the next connection, within its deadline.
+            if result.is_err() && started.cell.was_unprocessed() && attempts < MAX_ATTEMPTS {
+                if let Some(left) = retry_timing(timing) {
+                    tracing::debug!(
+                        method = method.path,
+                        "the server did not process the call; again"
+                    );
+                    (timing, attempts) = (left, attempts + 1);
+                    continue;
+                }
             }
-            Err(status) => self.finish(Err(status)),
+            return self.finish(result);
         }
     }
 
@@ -421,7 +450,27 @@ impl Client {
             // Connecting is I/O: a call that needs it connects off the executor's thread.
             Some(Wire::Native(native)) => match native.live_conn() {
                 Some(conn) => {
-                    FutureState::Pending(self.start(native, conn, method, &request, false))
+                    let timing = self.timing(&request);
+                    let started = self.start(native, conn, method, &request, (false, timing));
+                    if !started.cell.was_unprocessed() {
+                        FutureState::Pending(started)
+                    } else {
+                        // Given back as it opened (its connection heard GOODBYE or closed
+                        // meanwhile), while the request is at hand: once more, on the next
+                        // connection. (Given back later, a future fails: it keeps no
+                        // request to send again.)
+                        drop(started);
+                        match (native.live_conn(), retry_timing(timing)) {
+                            (Some(conn), Some(timing)) => FutureState::Pending(self.start(
+                                native,
+                                conn,
+                                method,
+                                &request,
+                                (false, timing),
+                            )),
+                            _ => self.connect_then_start(method, request),
+                        }
+                    }
                 }
                 None => self.connect_then_start(method, request),
             },
@@ -469,7 +518,10 @@ impl Client {
         match wire {
             // After `wire_async`: the connection it made, unless that one is gone already.
             Wire::Native(native) => match native.conn() {
-                Ok(conn) => FutureState::Pending(self.start(native, conn, method, request, false)),
+                Ok(conn) => {
+                    let timing = self.timing(request);
+                    FutureState::Pending(self.start(native, conn, method, request, (false, timing)))
+                }
                 Err(status) => FutureState::Failed(Some(status)),
             },
             Wire::Grpc(_) => {

@@ -192,7 +192,13 @@ impl Conn {
                 ));
                 let failed: Vec<_> = unprocessed
                     .into_iter()
-                    .filter_map(|(_, user)| call_ended(user, status.clone()))
+                    .filter_map(|(_, user)| {
+                        // A unary call's caller may make it again on another connection.
+                        if let CallRef::Waiter(cell) = &user {
+                            cell.mark_unprocessed();
+                        }
+                        call_ended(user, status.clone())
+                    })
                     .collect();
                 (!failed.is_empty()).then_some(Delivery::Batch(failed))
             }

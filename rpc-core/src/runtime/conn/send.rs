@@ -144,14 +144,15 @@ impl Conn {
         };
         let id = match opened {
             Ok(id) => id,
-            Err(e) => {
-                let status = match e {
-                    SendError::GoingAway => Status::unavailable(format!(
-                        "{} is shutting down and accepts no new calls (not sent)",
-                        self.peer
-                    )),
-                    other => Status::internal(format!("could not start the call: {other:?}")),
-                };
+            Err(SendError::GoingAway) => {
+                let status = Status::unavailable(format!(
+                    "{} is shutting down and accepts no new calls (not sent)",
+                    self.peer
+                ));
+                return call.caller.fail_unsent(status);
+            }
+            Err(other) => {
+                let status = Status::internal(format!("could not start the call: {other:?}"));
                 return call.caller.fail(status);
             }
         };

@@ -234,7 +234,7 @@ impl Conn {
 #[cold]
 fn step_closed(work: Work) -> Option<Delivery> {
     let mut delivery = match work {
-        Work::Open(call) => call.caller.fail(closed_status()),
+        Work::Open(call) => call.caller.fail_unsent(closed_status()),
         Work::Send { stream, .. } | Work::HalfClose(stream) => Some(Delivery::Ready(stream)),
         _ => None,
     };

@@ -85,6 +85,15 @@ impl Caller {
         }
     }
 
+    /// [`Caller::fail`] of a call that never went out: a unary call's caller may make it
+    /// again on another connection ([`CallCell::was_unprocessed`]).
+    pub(super) fn fail_unsent(self, status: Status) -> Option<Delivery> {
+        if let Caller::Unary(cell) = &self {
+            cell.mark_unprocessed();
+        }
+        self.fail(status)
+    }
+
     pub(super) fn fail(self, status: Status) -> Option<Delivery> {
         match self {
             Caller::Unary(cell) => Delivery::outcome(&cell, Err(status)),
