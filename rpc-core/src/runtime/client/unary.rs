@@ -81,10 +81,14 @@ thread_local! {
 /// [`CallCell::was_unprocessed`]): once, and again after a second GOODBYE or close.
 const MAX_ATTEMPTS: u32 = 3;
 
-/// The timing of a call made again: what is left of its deadline (`None`: it passed).
-fn retry_timing((timeout_us, deadline): (u32, Option<Instant>)) -> Option<(u32, Option<Instant>)> {
+/// A call's `timeout_us` and deadline ([`Client::timing`]).
+type Timing = (u32, Option<Instant>);
+
+/// The timing of a call made again, whose first attempt had `deadline`: what is left of it
+/// (`None`: it passed).
+fn retry_timing(deadline: Option<Instant>) -> Option<Timing> {
     let Some(deadline) = deadline else {
-        return Some((timeout_us, None));
+        return Some((0, None));
     };
     let left = deadline.checked_duration_since(Instant::now())?;
     let left_us = left.as_micros().clamp(1, u32::MAX as u128) as u32;
@@ -315,8 +319,8 @@ fn with_metadata<Req: prost::Message>(
 }
 
 impl Client {
-    /// Starts a unary call on `conn` with `timing` (its `timeout_us` and deadline, from
-    /// [`Client::timing`]); `blocking`: a thread waits for it (not a future).
+    /// Starts a unary call on `conn`; `blocking`: a thread waits for it (not a future);
+    /// `again`: the timing of a call made again (else the request's).
     #[inline(never)] // a stage of `make bench`'s instruction counts (BENCHMARKS.md)
     fn start<Req: prost::Message>(
         &self,
@@ -324,7 +328,8 @@ impl Client {
         conn: Arc<Conn>,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
-        (blocking, (timeout_us, deadline)): (bool, (u32, Option<Instant>)),
+        blocking: bool,
+        again: Option<&Timing>,
     ) -> Started {
         // Only when traced: a disabled span still costs its entering and exit per call.
         let _span = InlineDrop::new(
@@ -332,6 +337,10 @@ impl Client {
                 .then(|| tracing::trace_span!("call", method = method.path).entered()),
         );
         self.inner.counters.call();
+        let (timeout_us, deadline) = match again {
+            None => self.timing(request),
+            Some(&timing) => timing,
+        };
         let cell = take_cell(&native.cells);
         // A blocking caller decodes the reply as soon as it lands: it may stay in its slot.
         cell.thread_waiting.set(blocking);
@@ -405,24 +414,23 @@ impl Client {
                 return self.counted(result);
             }
         };
-        let mut timing = self.timing(&request);
-        let mut attempts = 1;
+        let (mut again, mut attempts) = (None, 1);
         loop {
             let conn = match native.conn() {
                 Ok(conn) => conn,
                 Err(status) => return self.finish(Err(status)),
             };
-            let started = self.start(native, conn, method, &request, (true, timing));
+            let started = self.start(native, conn, method, &request, true, again.as_ref());
             let result = started.wait(self.inner.config.spin, method);
             // A call its server did not process (it never went out, or a GOODBYE gave it
             // back) is made again on the next connection, within its deadline.
             if result.is_err() && started.cell.was_unprocessed() && attempts < MAX_ATTEMPTS {
-                if let Some(left) = retry_timing(timing) {
+                if let Some(left) = retry_timing(started.deadline) {
                     tracing::debug!(
                         method = method.path,
                         "the server did not process the call; again"
                     );
-                    (timing, attempts) = (left, attempts + 1);
+                    (again, attempts) = (Some(left), attempts + 1);
                     continue;
                 }
             }
@@ -450,8 +458,7 @@ impl Client {
             // Connecting is I/O: a call that needs it connects off the executor's thread.
             Some(Wire::Native(native)) => match native.live_conn() {
                 Some(conn) => {
-                    let timing = self.timing(&request);
-                    let started = self.start(native, conn, method, &request, (false, timing));
+                    let started = self.start(native, conn, method, &request, false, None);
                     if !started.cell.was_unprocessed() {
                         FutureState::Pending(started)
                     } else {
@@ -459,14 +466,16 @@ impl Client {
                         // meanwhile), while the request is at hand: once more, on the next
                         // connection. (Given back later, a future fails: it keeps no
                         // request to send again.)
+                        let left = retry_timing(started.deadline);
                         drop(started);
-                        match (native.live_conn(), retry_timing(timing)) {
-                            (Some(conn), Some(timing)) => FutureState::Pending(self.start(
+                        match (native.live_conn(), left) {
+                            (Some(conn), Some(left)) => FutureState::Pending(self.start(
                                 native,
                                 conn,
                                 method,
                                 &request,
-                                (false, timing),
+                                false,
+                                Some(&left),
                             )),
                             _ => self.connect_then_start(method, request),
                         }
@@ -519,8 +528,7 @@ impl Client {
             // After `wire_async`: the connection it made, unless that one is gone already.
             Wire::Native(native) => match native.conn() {
                 Ok(conn) => {
-                    let timing = self.timing(request);
-                    FutureState::Pending(self.start(native, conn, method, request, (false, timing)))
+                    FutureState::Pending(self.start(native, conn, method, request, false, None))
                 }
                 Err(status) => FutureState::Failed(Some(status)),
             },
