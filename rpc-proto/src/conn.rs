@@ -2213,8 +2213,6 @@ where
     }
 }
 
-/// The order of frames within a call (`docs/PROTOCOL.md` §7), checked on each frame's first
-/// segment.
 /// [`Connection::is_open`] on the call table alone (the timers, say, stay free to borrow).
 fn is_open_in<C, P>(calls: &CallTable<Call<C, P>>, call: u64) -> bool {
     calls.get(&call).is_some_and(|c| c.state == State::Open)
@@ -2240,6 +2238,8 @@ fn open_call_in<'c, C, P>(
     Ok(calls.get_mut(&h.call_id).filter(|c| c.state == State::Open))
 }
 
+/// The order of frames within a call (`docs/PROTOCOL.md` §7), checked on each frame's first
+/// segment.
 fn check_call_order<C, P>(role: Role, call: &Call<C, P>, h: &Header) -> Result<(), Error> {
     if !call.recv_open {
         return Err(violation(

@@ -224,6 +224,55 @@ pub fn read_to_end(
     }
 }
 
+/// What a restart's steps below may take on a loaded machine (they take milliseconds).
+const RESTART_SETTLE: Duration = Duration::from_secs(20);
+
+/// A Race server counted by `census`, serving on `addr` over `transport`.
+fn race_server(
+    addr: &str,
+    transport: TransportKind,
+    census: &Arc<Census>,
+) -> Result<Server, rpc_core::Error> {
+    use crate::testing::race_server::RaceServer;
+    Server::builder()
+        .add_service(RaceServer::new(RaceService::new(census)))
+        .start(addr, transport)
+}
+
+/// A Race server on `addr` once the server that had it lets go of it (a restart at the same
+/// address: the old server stops listening before it says GOODBYE). Panics if the address
+/// is still taken [`RESTART_SETTLE`] after `since`.
+pub fn serve_again(
+    addr: &str,
+    transport: TransportKind,
+    census: &Arc<Census>,
+    since: Instant,
+) -> Server {
+    loop {
+        match race_server(addr, transport, census) {
+            Ok(server) => return server,
+            Err(e) => {
+                assert!(since.elapsed() < RESTART_SETTLE, "{addr} stays taken: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Makes `call` until one gets through (once the old server's GOODBYE reached the client, a
+/// new connection takes it); every failure before must be UNAVAILABLE. Panics if none got
+/// through [`RESTART_SETTLE`] after `since`.
+pub fn until_a_call_gets_through<T>(since: Instant, mut call: impl FnMut() -> Result<T, Status>) {
+    while let Err(status) = call() {
+        assert_eq!(status.code(), Code::Unavailable, "{status}");
+        assert!(
+            since.elapsed() < RESTART_SETTLE,
+            "no call got through: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A server restarted at the same address (a rolling restart), the old one serving on `bind`
 /// over `server_transport` and the client speaking `client_transport` (gRPC: to the server's
 /// gRPC face, whose GOAWAY is the GOODBYE). Once the old server's GOODBYE reaches the client,
@@ -239,16 +288,8 @@ pub fn restart_at_the_same_address(
     async_calls: bool,
 ) {
     use crate::testing::race_client::{blocking, RaceClient};
-    use crate::testing::race_server::RaceServer;
-    // What takes milliseconds, with room for a loaded machine.
-    const SETTLE: Duration = Duration::from_secs(20);
-    let serve = |addr: &str, census: &Arc<Census>| {
-        Server::builder()
-            .add_service(RaceServer::new(RaceService::new(census)))
-            .start(addr, server_transport)
-    };
     let old_census = Census::new();
-    let old = serve(bind, &old_census).expect("the old server starts");
+    let old = race_server(bind, server_transport, &old_census).expect("the old server starts");
     let addr = old.local_addr().to_string();
     let client = Client::builder()
         .transport(client_transport)
@@ -264,41 +305,22 @@ pub fn restart_at_the_same_address(
     let start = Instant::now();
     while old_census.started() < 1 {
         assert!(
-            start.elapsed() < SETTLE,
+            start.elapsed() < RESTART_SETTLE,
             "the old server never started the call"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
     let stopper = std::thread::spawn(move || old.shutdown());
-    // The old server stops listening before it says GOODBYE: the new one can bind then.
     let new_census = Census::new();
-    let new = loop {
-        match serve(&addr, &new_census) {
-            Ok(server) => break server,
-            Err(e) => {
-                assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    };
+    let new = serve_again(&addr, server_transport, &new_census, start);
     let short = SleepRequest {
         millis: 0,
         micros: 1,
     };
-    loop {
-        let result = match async_calls {
-            true => futures().nap(short).wait(),
-            false => blocking.nap(short),
-        };
-        match result {
-            Ok(_) => break,
-            Err(status) => {
-                assert_eq!(status.code(), Code::Unavailable, "{status}");
-                assert!(start.elapsed() < SETTLE, "no call got through: {status}");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    }
+    until_a_call_gets_through(start, || match async_calls {
+        true => futures().nap(short).wait(),
+        false => blocking.nap(short),
+    });
     assert_eq!(new_census.finished(), 1, "the new server served the call");
     assert_eq!(
         old_census.finished(),

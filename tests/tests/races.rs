@@ -26,7 +26,8 @@ use futures_timer::Delay;
 use rpc_core::protocol::Connection;
 use rpc_core::{Client, Code, Request, RingConfig, Server, Status, Streaming, TransportKind};
 use rpc_tests::race::{
-    check_message, flood, read_to_end, restart_at_the_same_address, Census, RaceService,
+    check_message, flood, read_to_end, restart_at_the_same_address, serve_again,
+    until_a_call_gets_through, Census, RaceService,
 };
 use rpc_tests::scenarios::{payload, with_watchdog};
 use rpc_tests::testing::race_client::blocking::RaceClient;
@@ -466,19 +467,7 @@ fn calls_a_goodbye_gives_back_are_made_again_on_the_next_connection() {
                 for _ in 0..20 {
                     std::thread::sleep(Duration::from_millis(30));
                     server.shutdown();
-                    let start = std::time::Instant::now();
-                    server = loop {
-                        let bound = Server::builder()
-                            .add_service(RaceServer::new(RaceService::new(&census)))
-                            .start(&addr, T);
-                        match bound {
-                            Ok(server) => break server,
-                            Err(e) => {
-                                assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
-                                std::thread::sleep(Duration::from_millis(1));
-                            }
-                        }
-                    };
+                    server = serve_again(&addr, T, &census, std::time::Instant::now());
                 }
                 std::thread::sleep(Duration::from_millis(30));
                 stop.store(true, Ordering::Relaxed);
@@ -515,29 +504,9 @@ fn dropping_the_client_after_a_reconnect_ends_the_old_connections_streams() {
         let stopper = std::thread::spawn(move || old.shutdown());
         let new_census = Census::new();
         let start = std::time::Instant::now();
-        let new = loop {
-            let bound = Server::builder()
-                .add_service(RaceServer::new(RaceService::new(&new_census)))
-                .start(&addr, T);
-            match bound {
-                Ok(server) => break server,
-                Err(e) => {
-                    assert!(start.elapsed() < SETTLE, "{addr} stays taken: {e}");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        };
+        let new = serve_again(&addr, T, &new_census, start);
         // A call on a new connection: the GOODBYE reached the client.
-        loop {
-            match client.nap(nap(1)) {
-                Ok(_) => break,
-                Err(status) => {
-                    assert_eq!(status.code(), Code::Unavailable, "{status}");
-                    assert!(start.elapsed() < SETTLE, "no call got through: {status}");
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
+        until_a_call_gets_through(start, || client.nap(nap(1)));
         assert_eq!(new_census.finished(), 1, "the new server served the call");
         drop(client);
         // (Before, it hung here: the watchdog fails the test then.)
