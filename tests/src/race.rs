@@ -241,7 +241,7 @@ fn race_server(
 
 /// A Race server on `addr` once the server that had it lets go of it (a restart at the same
 /// address: the old server stops listening before it says GOODBYE). Panics if the address
-/// is still taken [`RESTART_SETTLE`] after `since`.
+/// is still taken 20 s after `since` (`RESTART_SETTLE`).
 pub fn serve_again(
     addr: &str,
     transport: TransportKind,
@@ -261,7 +261,7 @@ pub fn serve_again(
 
 /// Makes `call` until one gets through (once the old server's GOODBYE reached the client, a
 /// new connection takes it); every failure before must be UNAVAILABLE. Panics if none got
-/// through [`RESTART_SETTLE`] after `since`.
+/// through 20 s after `since` (`RESTART_SETTLE`).
 pub fn until_a_call_gets_through<T>(since: Instant, mut call: impl FnMut() -> Result<T, Status>) {
     while let Err(status) = call() {
         assert_eq!(status.code(), Code::Unavailable, "{status}");
