@@ -38,6 +38,9 @@
 //!   owner owes, so that credits due are never left unsent.
 //! - [`SlotPool`]: numbered slots shared by many holders, where one that found none is named
 //!   by the next slot given back (a verbs server's shared send slots).
+//! - [`SingleFlight`]: work one thread runs for all that need it at once, the others waiting
+//!   for its result (a client's reconnect, shared by the callers that found the connection
+//!   gone).
 //! - [`Flag`], [`Count`] and [`Published`]: a boolean, a count and a `u64` published with
 //!   release/acquire (closed and stopped flags, calls in flight, a stream's call id); and
 //!   [`woke_a_thread`], the process-wide count of wake-ups (a statistic).
@@ -80,6 +83,7 @@ mod oneshot;
 mod park;
 mod poll_duty;
 mod serializer;
+mod single_flight;
 mod slot_pool;
 mod task;
 mod wake;
@@ -100,6 +104,7 @@ pub use oneshot::{Completed, Oneshot};
 pub use park::{park, park_timeout};
 pub use poll_duty::{CallBack, PollDuty};
 pub use serializer::Serializer;
+pub use single_flight::SingleFlight;
 pub use slot_pool::SlotPool;
 pub use task::{Runnable, Schedule, Task};
 pub use wake::Wake;

@@ -1054,3 +1054,60 @@ fn slot_pool_given_many_never_strands_a_waiter() {
         }
     });
 }
+
+/// Two callers of a `SingleFlight` (a client's reconnect): the work never runs on both at
+/// once, and each caller gets a result, its own run's or the one it waited for.
+#[test]
+fn single_flight_runs_once_at_a_time() {
+    use rpc_sync::SingleFlight;
+    loom::model(|| {
+        let flight = Arc::new(SingleFlight::new());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let call = |flight: &SingleFlight<usize>, inside: &AtomicUsize, runs: &AtomicUsize| {
+            flight.run(None, || {
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two runs at once");
+                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                run
+            })
+        };
+        let other = {
+            let (flight, inside, runs) = (flight.clone(), inside.clone(), runs.clone());
+            thread::spawn(move || call(&flight, &inside, &runs))
+        };
+        let mine = call(&flight, &inside, &runs).expect("a result");
+        let theirs = other.join().unwrap().expect("a result");
+        let runs = runs.load(Ordering::SeqCst);
+        // One run shared by both, or one each.
+        assert!((runs == 1 && mine == theirs) || (runs == 2 && mine != theirs));
+        assert!(flight.is_idle());
+    });
+}
+
+/// Two callers arrive while a third runs the work: each gets its result (none sleeps through
+/// the landing), and once both took it nothing is kept.
+#[test]
+fn single_flight_hands_every_waiter_the_result() {
+    use rpc_sync::SingleFlight;
+    loom::model(|| {
+        let flight = Arc::new(SingleFlight::new());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let spawn = || {
+            let (flight, runs) = (flight.clone(), runs.clone());
+            thread::spawn(move || flight.run(None, || runs.fetch_add(1, Ordering::SeqCst) + 10))
+        };
+        let (a, b) = (spawn(), spawn());
+        let mine = flight.run(None, || runs.fetch_add(1, Ordering::SeqCst) + 10);
+        let results = [mine, a.join().unwrap(), b.join().unwrap()];
+        let runs = runs.load(Ordering::SeqCst);
+        for result in results {
+            let run = result.expect("every caller gets a result");
+            assert!(
+                (10..10 + runs).contains(&run),
+                "the result of a run that happened"
+            );
+        }
+        assert!(flight.is_idle(), "the result is not kept once taken");
+    });
+}

@@ -811,3 +811,116 @@ fn stream_messages_arrive_in_order_on_a_busy_connection() {
         assert_eq!(census.finished(), STREAMS as u64);
     });
 }
+
+/// A listener that takes connections and never answers: each is closed `HOLD` after it came,
+/// so a client's connect attempt there fails after about that long. Counts them.
+struct SilentListener {
+    accepted: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentListener {
+    const HOLD: Duration = Duration::from_millis(300);
+
+    /// Binds `addr` once the server that had it lets go of it.
+    fn bind(addr: &str) -> SilentListener {
+        let since = std::time::Instant::now();
+        let listener = loop {
+            match std::net::TcpListener::bind(addr) {
+                Ok(listener) => break listener,
+                Err(e) => {
+                    assert!(since.elapsed() < SETTLE, "{addr} stays taken: {e}");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        listener.set_nonblocking(true).expect("non-blocking");
+        let accepted = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (accepted, stop) = (accepted.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut held = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            accepted.fetch_add(1, Ordering::Relaxed);
+                            held.push((std::time::Instant::now(), stream));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                    held.retain(|(at, _)| at.elapsed() < Self::HOLD);
+                }
+            })
+        };
+        SilentListener {
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Connections taken since the last look.
+    fn take_accepted(&self) -> u64 {
+        self.accepted.swap(0, Ordering::Relaxed)
+    }
+}
+
+impl Drop for SilentListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `callers` threads make a call each at the same moment; every one fails UNAVAILABLE.
+fn fail_together(client: &RaceClient, callers: usize) {
+    let start = std::sync::Barrier::new(callers);
+    std::thread::scope(|s| {
+        for _ in 0..callers {
+            s.spawn(|| {
+                start.wait();
+                let status = client.nap(nap(1)).expect_err("nothing serves");
+                assert_eq!(status.code(), Code::Unavailable, "{status}");
+            });
+        }
+    });
+}
+
+/// Callers that find the connection gone at the same moment share one reconnect instead of
+/// each making one (after a server's restart, a storm of connections of which all but one
+/// would be closed at once): 8 callers whose server went away, where a listener now takes
+/// connections and never answers, make one connection attempt there, not 8. The same for a
+/// lazy client's first calls.
+#[test]
+fn callers_that_find_the_connection_gone_share_one_reconnect() {
+    const CALLERS: usize = 8;
+    with_watchdog("a shared reconnect", Duration::from_secs(60), || {
+        let census = Census::new();
+        let server = serve(&census);
+        let addr = server.local_addr().to_string();
+        let client = connect(&server);
+        client.nap(nap(1)).expect("served");
+        server.abort();
+        // The connection is known lost once a call failed (nothing listens now).
+        client.nap(nap(1)).expect_err("the server is gone");
+        let silent = SilentListener::bind(&addr);
+        fail_together(&client, CALLERS);
+        let attempts = silent.take_accepted();
+        assert!(
+            (1..=2).contains(&attempts),
+            "{CALLERS} callers made {attempts} connection attempts"
+        );
+
+        let lazy = RaceClient::new(Client::builder().transport(T).connect_lazy(&addr));
+        fail_together(&lazy, CALLERS);
+        let attempts = silent.take_accepted();
+        assert!(
+            (1..=2).contains(&attempts),
+            "{CALLERS} first calls made {attempts} connection attempts"
+        );
+    });
+}

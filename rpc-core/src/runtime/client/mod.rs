@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rpc_sync::{Mutex, RwLock};
+use rpc_sync::{Mutex, RwLock, SingleFlight};
 
 use super::call::CallCell;
 use super::conn::{Conn, ConnTimeouts};
@@ -31,6 +31,10 @@ pub use streams::StreamingCall;
 pub use unary::ResponseFuture;
 
 // ----- the client --------------------------------------------------------------------
+
+/// How much longer than a connect may take a caller waits for another caller's connect
+/// (the connection's admission and registration after the transport connected).
+const RECONNECT_SLACK: Duration = Duration::from_secs(1);
 
 /// How long connecting may take unless [`ClientBuilder::connect_timeout`] says otherwise: 20 s.
 ///
@@ -218,6 +222,7 @@ impl ClientBuilder {
                 config: self,
                 counters,
                 lazy_target: None,
+                first_connect: SingleFlight::new(),
             }),
         })
     }
@@ -227,9 +232,9 @@ impl ClientBuilder {
     /// call that finds no connection (the server is not up yet, the target is wrong) fails
     /// with UNAVAILABLE, and the next call tries again. Once connected, the client reconnects
     /// as any does. An async call's connecting is done on a thread of its own, so the future
-    /// does not block its executor. First calls that race each connect, and all but the
-    /// first connection made are closed; a call's timeout runs from when it is sent, after
-    /// the connect.
+    /// does not block its executor. First calls made together share one connect (the others
+    /// wait for the one the first of them makes), as do calls that find the connection lost
+    /// later; a call's timeout runs from when it is sent, after the connect.
     pub fn connect_lazy(self, addr: &str) -> Client {
         Client {
             inner: Arc::new(ClientInner {
@@ -237,6 +242,7 @@ impl ClientBuilder {
                 config: self,
                 counters: Arc::new(Counters::default()),
                 lazy_target: Some(addr.to_string()),
+                first_connect: SingleFlight::new(),
             }),
         }
     }
@@ -304,6 +310,7 @@ impl ClientBuilder {
             poller: Mutex::new(Some(poller)),
             connector,
             conn: RwLock::new(None),
+            reconnect: Box::default(),
             next_link: AtomicU64::new(1),
             ring: self.ring,
             connect_timeout: self.connect_timeout,
@@ -361,6 +368,8 @@ struct ClientInner {
     counters: Arc<Counters>,
     /// A lazy client's target ([`ClientBuilder::connect_lazy`]).
     lazy_target: Option<String>,
+    /// A lazy client's first connect, which the first calls wait for together.
+    first_connect: SingleFlight<Result<(), Status>>,
 }
 
 /// What a client's calls travel on.
@@ -378,6 +387,9 @@ struct Native {
     poller: Mutex<Option<JoinHandle<()>>>,
     connector: Connector,
     conn: RwLock<Option<Arc<Conn>>>,
+    /// The reconnect under way, which callers that find the connection gone wait for (boxed:
+    /// the call path does not touch it, and it would double the size of `Wire`).
+    reconnect: Box<SingleFlight<Result<Arc<Conn>, Status>>>,
     next_link: AtomicU64,
     ring: RingConfig,
     connect_timeout: Duration,
@@ -411,30 +423,38 @@ impl Native {
             .map(Arc::clone)
     }
 
-    /// The live connection, reconnecting once if the previous one was lost or its server
-    /// said GOODBYE (outside the lock: connecting is I/O). A connection left after a
-    /// GOODBYE stays registered until its server closes it: the calls it processes finish
-    /// there.
+    /// The live connection, reconnecting if the previous one was lost or its server said
+    /// GOODBYE. One reconnect at a time: callers that find the connection gone while another
+    /// thread reconnects wait for that connection instead of making one each (each would
+    /// take one of the server's connections, all but one to be closed at once: a storm of
+    /// them when a server restarts under many callers). A connection left after a GOODBYE
+    /// stays registered until its server closes it: the calls it processes finish there.
     fn conn(&self) -> Result<Arc<Conn>, Status> {
+        if let Some(c) = self.live_conn() {
+            return Ok(c);
+        }
+        // The reconnect's connect is bounded by the connect timeout, and so is the wait.
+        let wait = self.connect_timeout.saturating_add(RECONNECT_SLACK);
+        self.reconnect
+            .run(Some(wait), || self.reconnect_now())
+            .unwrap_or_else(|| {
+                Err(Status::unavailable(
+                    "not connected: the reconnect under way did not finish in time",
+                ))
+            })
+    }
+
+    /// Connects again (outside every lock: connecting is I/O), unless the reconnect before
+    /// this one, which the caller just missed, left a live connection.
+    fn reconnect_now(&self) -> Result<Arc<Conn>, Status> {
         if let Some(c) = self.live_conn() {
             return Ok(c);
         }
         let fresh = self
             .connect_link()
             .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
-        let mut slot = self.conn.write();
-        if let Some(c) = slot.as_ref() {
-            if c.takes_new_calls() {
-                // Another caller reconnected first: use its connection.
-                let existing = Arc::clone(c);
-                drop(slot);
-                self.endpoint
-                    .close_conn(&fresh, "a concurrent reconnect won");
-                return Ok(existing);
-            }
-        }
         tracing::info!(peer = %fresh.peer, "reconnected");
-        *slot = Some(Arc::clone(&fresh));
+        *self.conn.write() = Some(Arc::clone(&fresh));
         Ok(fresh)
     }
 
@@ -538,21 +558,37 @@ impl Client {
         Ok(self.inner.wire.get().expect("connected just now"))
     }
 
-    /// A lazy client's connecting. Callers racing here each connect (outside any lock:
-    /// connecting is I/O); the first wire set is kept, and the others are closed.
+    /// A lazy client's connecting, one at a time: the first calls made together wait for the
+    /// connect the first of them makes (outside every lock: connecting is I/O).
     #[cold]
     fn connect_lazily(&self) -> Result<&Wire, Status> {
         let Some(target) = &self.inner.lazy_target else {
             unreachable!("only a lazy client is made without a wire")
         };
-        let mut builder = self.inner.config.clone();
-        let wire = builder
-            .open_wire(target, &self.inner.counters)
-            .map_err(|e| Status::unavailable(format!("not connected to {target}: {e}")))?;
-        if self.inner.wire.set(wire).is_err() {
-            tracing::debug!(%target, "a concurrent first call connected first; using its connection");
-        }
-        Ok(self.inner.wire.get().expect("set just now, or before"))
+        let connect = || {
+            if self.inner.wire.get().is_some() {
+                // Connected by the connect before this one, which this caller just missed.
+                return Ok(());
+            }
+            let mut builder = self.inner.config.clone();
+            let wire = builder
+                .open_wire(target, &self.inner.counters)
+                .map_err(|e| Status::unavailable(format!("not connected to {target}: {e}")))?;
+            // Set only here, one connect at a time: never set already.
+            let _ = self.inner.wire.set(wire);
+            Ok(())
+        };
+        // Connecting may try the native protocol, then gRPC: two connect timeouts.
+        let wait = (2 * self.inner.config.connect_timeout).saturating_add(RECONNECT_SLACK);
+        self.inner
+            .first_connect
+            .run(Some(wait), connect)
+            .unwrap_or_else(|| {
+                Err(Status::unavailable(format!(
+                    "not connected to {target}: the connect under way did not finish in time"
+                )))
+            })?;
+        Ok(self.inner.wire.get().expect("connected"))
     }
 
     /// The request as the interceptor (if any) leaves it. Inlined: without an interceptor
