@@ -924,3 +924,61 @@ fn callers_that_find_the_connection_gone_share_one_reconnect() {
         );
     });
 }
+
+/// Threads of this process named `name` (a thread's name as the kernel keeps it).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+/// Futures that find the connection gone at the same moment share one connecting thread (a
+/// thread each would be thousands of them when a busy async client loses its connection):
+/// 64 futures whose server went away, where a listener now takes connections and never
+/// answers, make one connection attempt there from one thread, and all fail UNAVAILABLE.
+#[test]
+fn futures_that_find_the_connection_gone_share_one_connecting_thread() {
+    use rpc_tests::testing::race_client::RaceClient as FutureClient;
+    use std::sync::atomic::AtomicBool;
+    const FUTURES: usize = 64;
+    with_watchdog(
+        "a shared connecting thread",
+        Duration::from_secs(60),
+        || {
+            let census = Census::new();
+            let server = serve(&census);
+            let addr = server.local_addr().to_string();
+            let blocking = connect(&server);
+            blocking.nap(nap(1)).expect("served");
+            server.abort();
+            blocking.nap(nap(1)).expect_err("the server is gone");
+            let silent = SilentListener::bind(&addr);
+            let (done, peak) = (AtomicBool::new(false), AtomicU64::new(0));
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !done.load(Ordering::Relaxed) {
+                        peak.fetch_max(threads_named("rpc-connect") as u64, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+                let calls = (0..FUTURES).map(|_| FutureClient::from(blocking.clone()).nap(nap(1)));
+                for result in block_on(future::join_all(calls)) {
+                    let status = result.expect_err("nothing serves");
+                    assert_eq!(status.code(), Code::Unavailable, "{status}");
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            let (threads, attempts) = (peak.load(Ordering::Relaxed), silent.take_accepted());
+            assert!(
+                threads <= 2,
+                "{FUTURES} futures had {threads} connecting threads at once"
+            );
+            assert!(
+                (1..=2).contains(&attempts),
+                "{FUTURES} futures made {attempts} connection attempts"
+            );
+        },
+    );
+}

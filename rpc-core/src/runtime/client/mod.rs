@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rpc_sync::{Mutex, RwLock, SingleFlight};
+use tokio::sync::watch;
 
 use super::call::CallCell;
 use super::conn::{Conn, ConnTimeouts};
@@ -223,6 +224,7 @@ impl ClientBuilder {
                 counters,
                 lazy_target: None,
                 first_connect: SingleFlight::new(),
+                connecting_for_futures: Mutex::new(None),
             }),
         })
     }
@@ -243,6 +245,7 @@ impl ClientBuilder {
                 counters: Arc::new(Counters::default()),
                 lazy_target: Some(addr.to_string()),
                 first_connect: SingleFlight::new(),
+                connecting_for_futures: Mutex::new(None),
             }),
         }
     }
@@ -370,7 +373,13 @@ struct ClientInner {
     lazy_target: Option<String>,
     /// A lazy client's first connect, which the first calls wait for together.
     first_connect: SingleFlight<Result<(), Status>>,
+    /// The connect made for futures on a thread of its own, while under way: where its
+    /// result lands for every future waiting.
+    connecting_for_futures: Mutex<Option<watch::Receiver<Landed>>>,
 }
+
+/// Where a connect made for futures lands: nothing yet, then its outcome.
+type Landed = Option<Result<(), Status>>;
 
 /// What a client's calls travel on.
 enum Wire {
@@ -537,25 +546,67 @@ impl Client {
 
     /// [`Client::wire`] for an async caller: a lazy client connects, and one whose
     /// connection was lost or said GOODBYE reconnects, on a thread of its own (connecting
-    /// is I/O, which would hold up the caller's executor).
+    /// is I/O, which would hold up the caller's executor). One such thread at a time: the
+    /// futures that need a connection meanwhile wait for the connect it makes.
     async fn wire_async(&self) -> Result<&Wire, Status> {
         match self.inner.wire.get() {
             Some(wire @ Wire::Grpc(_)) => return Ok(wire),
             Some(wire @ Wire::Native(native)) if native.live_conn().is_some() => return Ok(wire),
             _ => {}
         }
-        let client = self.clone();
-        let connecting = super::on_own_thread("rpc-connect", move || match client.wire()? {
-            Wire::Native(native) => native.conn().map(drop),
-            Wire::Grpc(_) => Ok(()),
-        })
-        .map_err(|e| Status::unavailable(format!("not connected: {e}")))?;
-        connecting.await.unwrap_or_else(|| {
-            Err(Status::unavailable(
-                "not connected: the connecting thread ended without a result",
-            ))
-        })?;
+        let mut landed = self.connect_off_thread();
+        let result = landed.wait_for(Option::is_some).await.map(|r| r.clone());
+        match result {
+            Ok(Some(result)) => result?,
+            _ => {
+                return Err(Status::unavailable(
+                    "not connected: the connecting thread ended without a result",
+                ))
+            }
+        }
         Ok(self.inner.wire.get().expect("connected just now"))
+    }
+
+    /// Where the result of the connect made for futures lands: the one under way, or one
+    /// started now on a thread of its own. A thread per future would be thousands of them
+    /// when a busy async client loses its connection.
+    fn connect_off_thread(&self) -> watch::Receiver<Landed> {
+        let land = {
+            let mut under_way = self.inner.connecting_for_futures.lock();
+            // (A connect whose thread ended without landing, having panicked, is over.)
+            if let Some(landed) = under_way.as_ref().filter(|l| l.has_changed().is_ok()) {
+                return landed.clone();
+            }
+            let (land, landed) = watch::channel(None);
+            *under_way = Some(landed);
+            land
+        };
+        let landed = land.subscribe();
+        let client = self.clone();
+        // Spawned outside the lock; until the thread lands, other futures wait for it.
+        let spawned = std::thread::Builder::new()
+            .name("rpc-connect".to_string())
+            .spawn(move || {
+                let result = match client.wire() {
+                    Ok(Wire::Native(native)) => native.conn().map(drop),
+                    Ok(Wire::Grpc(_)) => Ok(()),
+                    Err(status) => Err(status),
+                };
+                client.land_connect(&land, result);
+            });
+        if let Err(e) = spawned {
+            // The sender went with the closure: the futures waiting see the channel close.
+            self.inner.connecting_for_futures.lock().take();
+            tracing::warn!(error = %e, "could not start a thread to connect");
+        }
+        landed
+    }
+
+    /// Ends the connect made for futures with `result`: the futures that waited for it get
+    /// it, and the next future that needs a connection starts another.
+    fn land_connect(&self, land: &watch::Sender<Landed>, result: Result<(), Status>) {
+        self.inner.connecting_for_futures.lock().take();
+        land.send_replace(Some(result));
     }
 
     /// A lazy client's connecting, one at a time: the first calls made together wait for the
