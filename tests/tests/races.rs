@@ -876,6 +876,21 @@ impl Drop for SilentListener {
     }
 }
 
+/// A client whose server went away and whose connection it knows lost, and the listener
+/// that now holds the server's address and never answers; and that address.
+fn lost_to_a_silent_listener() -> (RaceClient, SilentListener, String) {
+    let census = Census::new();
+    let server = serve(&census);
+    let addr = server.local_addr().to_string();
+    let client = connect(&server);
+    client.nap(nap(1)).expect("served");
+    server.abort();
+    // The connection is known lost once a call failed (nothing listens now).
+    client.nap(nap(1)).expect_err("the server is gone");
+    let silent = SilentListener::bind(&addr);
+    (client, silent, addr)
+}
+
 /// `callers` threads make a call each at the same moment; every one fails UNAVAILABLE.
 fn fail_together(client: &RaceClient, callers: usize) {
     let start = std::sync::Barrier::new(callers);
@@ -899,15 +914,7 @@ fn fail_together(client: &RaceClient, callers: usize) {
 fn callers_that_find_the_connection_gone_share_one_reconnect() {
     const CALLERS: usize = 8;
     with_watchdog("a shared reconnect", Duration::from_secs(60), || {
-        let census = Census::new();
-        let server = serve(&census);
-        let addr = server.local_addr().to_string();
-        let client = connect(&server);
-        client.nap(nap(1)).expect("served");
-        server.abort();
-        // The connection is known lost once a call failed (nothing listens now).
-        client.nap(nap(1)).expect_err("the server is gone");
-        let silent = SilentListener::bind(&addr);
+        let (client, silent, addr) = lost_to_a_silent_listener();
         fail_together(&client, CALLERS);
         let attempts = silent.take_accepted();
         assert!(
@@ -947,14 +954,7 @@ fn futures_that_find_the_connection_gone_share_one_connecting_thread() {
         "a shared connecting thread",
         Duration::from_secs(60),
         || {
-            let census = Census::new();
-            let server = serve(&census);
-            let addr = server.local_addr().to_string();
-            let blocking = connect(&server);
-            blocking.nap(nap(1)).expect("served");
-            server.abort();
-            blocking.nap(nap(1)).expect_err("the server is gone");
-            let silent = SilentListener::bind(&addr);
+            let (blocking, silent, _) = lost_to_a_silent_listener();
             let (done, peak) = (AtomicBool::new(false), AtomicU64::new(0));
             std::thread::scope(|s| {
                 s.spawn(|| {
