@@ -383,7 +383,7 @@ fn windowed_calls(
     tally: &mut Tally,
 ) {
     let end = first + calls;
-    let mut window: VecDeque<(u64, Instant, ResponseFuture<EchoReply>)> =
+    let mut window: VecDeque<(u64, Instant, ResponseFuture<EchoReply, EchoRequest>)> =
         VecDeque::with_capacity(outstanding);
     let mut next = first;
     let mut futures = echo_client::EchoClient::from(echo.clone());

@@ -102,7 +102,7 @@ fn names_and_collisions() {
         // The blocking client, one module deeper, one more.
         "IntoRequest<super::super::Result>",
         "IntoRequest<super::super::super::other::Msg>",
-        "ResponseFuture<()>",
+        "ResponseFuture<(), super::super::other::Msg>",
         "IntoRequest<super::outer::Middle>",
         "Response<super::outer::middle::Inner>",
         "Response<::prost_types::Timestamp>",

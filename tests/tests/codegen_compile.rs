@@ -408,16 +408,16 @@ fn client_signatures() {
     // (tonic's shape).
     let _: fn(&K, t::Result) -> Res<t::Result> = K::r#match;
     let _: fn(&K, Request<t::Result>) -> Res<t::Result> = K::r#match;
-    let _: fn(&mut A, t::Result) -> ResponseFuture<t::Result> = A::r#match;
-    let _: fn(&mut A, Request<t::Result>) -> ResponseFuture<t::Result> = A::r#match;
+    let _: fn(&mut A, t::Result) -> ResponseFuture<t::Result, t::Result> = A::r#match;
+    let _: fn(&mut A, Request<t::Result>) -> ResponseFuture<t::Result, t::Result> = A::r#match;
     let _: fn(&K, t::Option) -> Res<t::Box> = K::r#type;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::self_;
-    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Ok> = A::self_;
+    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Ok, t::Ok> = A::self_;
     let _: fn(&K, t::Self_) -> Res<t::Self_> = K::self_type;
     let _: fn(&K, t::Send) -> Res<t::Sync> = K::super_;
     let _: fn(&K, t::Vec) -> Res<t::String> = K::crate_;
     let _: fn(&K, t::Arc) -> Res<t::Arc> = K::r#async;
-    let _: fn(&mut A, t::Arc) -> ResponseFuture<t::Arc> = A::r#async;
+    let _: fn(&mut A, t::Arc) -> ResponseFuture<t::Arc, t::Arc> = A::r#async;
     let _: fn(&K, t::T) -> Res<t::T> = K::r#await;
     let _: fn(&K, t::Status) -> Res<t::Request> = K::r#fn;
     let _: fn(&K, t::Client) -> Res<t::Service> = K::extern_;
@@ -426,13 +426,13 @@ fn client_signatures() {
     // the client's own functions.
     let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo;
     let _: fn(&K, t::Ok) -> Res<t::Err> = K::foo_async;
-    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Err> = A::foo_async;
+    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Err, t::Ok> = A::foo_async;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::get_x_3;
     let _: fn(&K, t::IntoRequest) -> Res<t::Ok> = K::new_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::connect_2;
-    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Ok> = A::inner_2;
+    let _: fn(&mut A, t::Ok) -> ResponseFuture<t::Ok, t::Ok> = A::inner_2;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::clone;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::into_foo;
     let _: fn(&K, t::Ok) -> Res<t::Ok> = K::descriptor;
@@ -448,7 +448,7 @@ fn client_signatures() {
     let _: fn(
         &mut t::more_names_client::MoreNamesClient,
         (),
-    ) -> ResponseFuture<prost_types::Timestamp> = t::more_names_client::MoreNamesClient::now;
+    ) -> ResponseFuture<prost_types::Timestamp, ()> = t::more_names_client::MoreNamesClient::now;
     let _: fn(&M, prost_types::Duration) -> Res<()> = M::sleep;
     let _: fn(&M, String) -> Res<bool> = M::wrapped;
     let _: fn(&M, Vec<u8>) -> Res<u64> = M::bytes;
@@ -463,8 +463,10 @@ fn client_signatures() {
     let _: fn(&S, Request<t::Outer>) -> Res<Streaming<t::outer::Middle>> = S::download;
     let _: fn(&S, ()) -> Call<(), prost_types::Timestamp> = S::chat;
     let _: fn(&S, Request<()>) -> Call<(), prost_types::Timestamp> = S::chat;
-    let _: fn(&mut t::streams_client::StreamsClient, t::Outer) -> ResponseFuture<t::Outer> =
-        t::streams_client::StreamsClient::last;
+    let _: fn(
+        &mut t::streams_client::StreamsClient,
+        t::Outer,
+    ) -> ResponseFuture<t::Outer, t::Outer> = t::streams_client::StreamsClient::last;
 
     // Names of the other clients.
     let _: fn(rpc_core::Client) -> t::clash2_client::blocking::ClashClient =

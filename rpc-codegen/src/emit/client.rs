@@ -216,7 +216,7 @@ fn async_function(index: usize, method: &Method) -> TokenStream {
                 pub fn #name(
                     &mut self,
                     request: impl #cg::IntoRequest<#input>,
-                ) -> #cg::ResponseFuture<#output> {
+                ) -> #cg::ResponseFuture<#output, #input> {
                     #cg::ClientChannel::unary(
                         &mut self.inner,
                         &METHODS[#index],

@@ -184,7 +184,7 @@ mod tests {
             // The async client: tonic's names.
             "/// Does Add. /// /// Calls `Add`: the future completes when the response arrives.",
             "pub fn add(&mut self, request: impl rpc_runtime::codegen::IntoRequest<super::AddRequest>,) \
-             -> rpc_runtime::codegen::ResponseFuture<super::AddReply>",
+             -> rpc_runtime::codegen::ResponseFuture<super::AddReply, super::AddRequest>",
             "rpc_runtime::codegen::ClientChannel::unary(&mut self.inner, &METHODS[0usize],",
             // The streaming ones' futures hold a clone of the connection, not `&self`.
             "pub fn sum(&mut self, requests: impl rpc_runtime::codegen::IntoStreamingRequest<Message = super::SumRequest>,) \
@@ -194,7 +194,7 @@ mod tests {
             "let inner = rpc_runtime::codegen::ClientChannel::channel(&self.inner).clone();",
             "pub fn chat(&mut self, requests: impl rpc_runtime::codegen::IntoStreamingRequest<Message = super::ChatRequest>,)",
             "pub fn r#match(&mut self, request: impl rpc_runtime::codegen::IntoRequest<super::MatchRequest>,) \
-             -> rpc_runtime::codegen::ResponseFuture<super::MatchReply>",
+             -> rpc_runtime::codegen::ResponseFuture<super::MatchReply, super::MatchRequest>",
             // The blocking client, one module deeper.
             "pub mod blocking",
             "pub fn connect(addr: &str) -> ::core::result::Result<Self, rpc_runtime::Error>",

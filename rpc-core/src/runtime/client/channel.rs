@@ -38,7 +38,7 @@ pub trait ClientChannel: Send + Sync + 'static {
         &mut self,
         method: &'static MethodDescriptor,
         request: Request<Req>,
-    ) -> ResponseFuture<Resp>
+    ) -> ResponseFuture<Resp, Req>
     where
         Req: prost::Message + 'static,
         Resp: prost::Message + Default + 'static,

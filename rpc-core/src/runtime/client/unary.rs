@@ -158,9 +158,10 @@ impl Started {
     }
 }
 
-pub(super) enum FutureState<Resp> {
-    /// A lazy client's first call: connecting, then starting the call.
-    Connecting(Pin<Box<dyn Future<Output = FutureState<Resp>> + Send>>),
+pub(super) enum FutureState<Resp, Req> {
+    /// A lazy client's first call, or one that reconnects: connecting, then starting the
+    /// call; the request comes back with the call started, to be kept for a retry.
+    Connecting(Connecting<Resp, Req>),
     Pending(Started),
     /// A call over gRPC. Boxed: the future moves by value (into an executor, say), and the
     /// native call, the common one, should not carry the stream's size.
@@ -169,6 +170,15 @@ pub(super) enum FutureState<Resp> {
     Done,
 }
 
+/// Connecting, then starting a call: its state, and the request kept for a retry.
+type Connecting<Resp, Req> =
+    Pin<Box<dyn Future<Output = (FutureState<Resp, Req>, Option<Request<Req>>)> + Send>>;
+
+/// The largest request (encoded) a future keeps while its call is in flight, to make the call
+/// again should its server give it back unprocessed (PROTOCOL.md §14): larger ones are not
+/// made again (gRPC's transparent retry bounds its buffer the same way).
+const KEEP_FOR_RETRY: usize = 64 * 1024;
+
 /// A unary call over gRPC: its response stream, and what of the response came.
 pub(super) struct GrpcUnary<Resp> {
     responses: Streaming<Resp>,
@@ -176,39 +186,84 @@ pub(super) struct GrpcUnary<Resp> {
     message: Option<Resp>,
 }
 
-/// The response of a call started with [`Client::unary_async`]: `.await` it from any
-/// executor, or [`ResponseFuture::wait`] for it. Dropping it before the response cancels the
-/// call (the server is sent a CANCEL, and its handler is dropped if it awaits).
-pub struct ResponseFuture<Resp> {
+/// The response of a call started with [`Client::unary_async`] with a request of type `Req`:
+/// `.await` it from any executor, or [`ResponseFuture::wait`] for it. Dropping it before the
+/// response cancels the call (the server is sent a CANCEL, and its handler is dropped if it
+/// awaits). While the call is in flight it keeps its request (up to 64 KiB encoded): a call
+/// its server gives back unprocessed (a GOODBYE's, PROTOCOL.md §14) is made again on the next
+/// connection, within its deadline, as a blocking call is.
+pub struct ResponseFuture<Resp, Req = ()> {
     pub(super) client: Client,
     pub(super) method: &'static MethodDescriptor,
-    pub(super) state: FutureState<Resp>,
+    pub(super) state: FutureState<Resp, Req>,
+    /// The request, while a call that may be made again is in flight.
+    pub(super) kept: Option<Request<Req>>,
+    /// Attempts made so far (see [`MAX_ATTEMPTS`]).
+    pub(super) attempts: u32,
     pub(super) _response: PhantomData<fn() -> Resp>,
 }
 
-impl<Resp: prost::Message + Default> ResponseFuture<Resp> {
+impl<Resp, Req> ResponseFuture<Resp, Req>
+where
+    Resp: prost::Message + Default + 'static,
+    Req: prost::Message + 'static,
+{
     /// Blocks until the response arrives (or the call fails).
     pub fn wait(mut self) -> Result<Response<Resp>, Status> {
-        match std::mem::replace(&mut self.state, FutureState::Done) {
-            FutureState::Pending(mut started) => {
-                // It waits (or drives) below; a poll before counted it as a waiter.
-                if std::mem::take(&mut started.counted_waiting) {
-                    started.endpoint.end_waiting();
+        loop {
+            match std::mem::replace(&mut self.state, FutureState::Done) {
+                FutureState::Pending(mut started) => {
+                    // It waits (or drives) below; a poll before counted it as a waiter.
+                    if std::mem::take(&mut started.counted_waiting) {
+                        started.endpoint.end_waiting();
+                    }
+                    let result = started.wait(self.client.inner.config.spin, self.method);
+                    if result.is_err() && self.makes_again(started) {
+                        continue;
+                    }
+                    self.kept = None;
+                    return self.client.finish(result);
                 }
-                let result = started.wait(self.client.inner.config.spin, self.method);
-                self.client.finish(result)
+                FutureState::Stream(mut call) => {
+                    let result = call.responses.wait_unary();
+                    return self.client.counted(result);
+                }
+                FutureState::Connecting(connecting) => {
+                    (self.state, self.kept) = crate::runtime::streaming::block_on(connecting);
+                }
+                FutureState::Failed(status) => {
+                    return self.client.finish(Err(status.expect("polled once")))
+                }
+                FutureState::Done => {
+                    return Err(Status::failed_precondition("response already taken"))
+                }
             }
-            FutureState::Stream(mut call) => {
-                let result = call.responses.wait_unary();
-                self.client.counted(result)
-            }
-            FutureState::Connecting(connecting) => {
-                self.state = crate::runtime::streaming::block_on(connecting);
-                self.wait()
-            }
-            FutureState::Failed(status) => self.client.finish(Err(status.expect("polled once"))),
-            FutureState::Done => Err(Status::failed_precondition("response already taken")),
         }
+    }
+
+    /// After `started` failed: if its server did not process it (it never went out, or a
+    /// GOODBYE gave it back), the request is at hand and attempts and deadline are left, the
+    /// call is made again (its state replaced) and `true` returned.
+    fn makes_again(&mut self, started: Started) -> bool {
+        let left = retry_timing(started.deadline);
+        let again = started.cell.was_unprocessed() && self.attempts < MAX_ATTEMPTS;
+        let (Some(mut request), true, Some((_, deadline))) = (self.kept.take(), again, left) else {
+            self.state = FutureState::Pending(started);
+            return false;
+        };
+        drop(started);
+        tracing::debug!(
+            method = self.method.path,
+            "the server did not process the call; again"
+        );
+        if let Some(deadline) = deadline {
+            // What is left of the first attempt's deadline.
+            let left = deadline.saturating_duration_since(Instant::now());
+            request.set_timeout(left.max(Duration::from_micros(1)));
+        }
+        self.attempts += 1;
+        (self.state, self.kept) = self.client.start_or_connect(self.method, request);
+        true
     }
 }
 
@@ -238,9 +293,13 @@ impl Started {
 }
 
 // The future never relies on its fields staying in place (nothing is pin-projected).
-impl<Resp> Unpin for ResponseFuture<Resp> {}
+impl<Resp, Req> Unpin for ResponseFuture<Resp, Req> {}
 
-impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
+impl<Resp, Req> Future for ResponseFuture<Resp, Req>
+where
+    Resp: prost::Message + Default + 'static,
+    Req: prost::Message + 'static,
+{
     type Output = Result<Response<Resp>, Status>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -248,13 +307,24 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
         let outcome = match &mut this.state {
             FutureState::Connecting(connecting) => match connecting.as_mut().poll(cx) {
                 Poll::Ready(started) => {
-                    this.state = started;
+                    (this.state, this.kept) = started;
                     return Pin::new(this).poll(cx);
                 }
                 Poll::Pending => return Poll::Pending,
             },
             FutureState::Pending(started) => {
                 match started.poll_outcome(cx, this.client.inner.config.spin) {
+                    Poll::Ready(Err(status)) => {
+                        let FutureState::Pending(started) =
+                            std::mem::replace(&mut this.state, FutureState::Done)
+                        else {
+                            unreachable!("matched just now")
+                        };
+                        if this.makes_again(started) {
+                            return Pin::new(this).poll(cx);
+                        }
+                        Err(status)
+                    }
                     Poll::Ready(r) => r,
                     Poll::Pending => {
                         // Its waker relies on somebody else polling (see `Endpoint::waiting`).
@@ -283,11 +353,12 @@ impl<Resp: prost::Message + Default> Future for ResponseFuture<Resp> {
             FutureState::Done => panic!("ResponseFuture polled after completion"),
         };
         this.state = FutureState::Done;
+        this.kept = None;
         Poll::Ready(this.client.finish(outcome))
     }
 }
 
-impl<Resp> Drop for ResponseFuture<Resp> {
+impl<Resp, Req> Drop for ResponseFuture<Resp, Req> {
     fn drop(&mut self) {
         if let FutureState::Pending(started) = &self.state {
             if !started.cell.outcome.is_complete() {
@@ -445,72 +516,65 @@ impl Client {
         &self,
         method: &'static MethodDescriptor,
         request: Request<Req>,
-    ) -> ResponseFuture<Resp>
+    ) -> ResponseFuture<Resp, Req>
     where
         Req: prost::Message + 'static,
         Resp: prost::Message + Default + 'static,
     {
-        let request = match self.intercept(request) {
-            Ok(request) => request,
-            Err(status) => return self.failed_call(method, status),
+        let (state, kept) = match self.intercept(request) {
+            Ok(request) => self.start_or_connect(method, request),
+            Err(status) => (FutureState::Failed(Some(status)), None),
         };
-        let state = match self.inner.wire.get() {
-            // Connecting is I/O: a call that needs it connects off the executor's thread.
-            Some(Wire::Native(native)) => match native.live_conn() {
-                Some(conn) => {
-                    let started = self.start(native, conn, method, &request, false, None);
-                    if !started.cell.was_unprocessed() {
-                        FutureState::Pending(started)
-                    } else {
-                        // Given back as it opened (its connection heard GOODBYE or closed
-                        // meanwhile), while the request is at hand: once more, on the next
-                        // connection. (Given back later, a future fails: it keeps no
-                        // request to send again.)
-                        let left = retry_timing(started.deadline);
-                        drop(started);
-                        match (native.live_conn(), left) {
-                            (Some(conn), Some(left)) => FutureState::Pending(self.start(
-                                native,
-                                conn,
-                                method,
-                                &request,
-                                false,
-                                Some(&left),
-                            )),
-                            _ => self.connect_then_start(method, request),
-                        }
-                    }
-                }
-                None => self.connect_then_start(method, request),
-            },
-            Some(wire) => self.start_future(wire, method, &request),
-            None => self.connect_then_start(method, request),
-        };
-        self.future(method, state)
-    }
-
-    /// The future of a call of `method` in `state`.
-    fn future<Resp>(
-        &self,
-        method: &'static MethodDescriptor,
-        state: FutureState<Resp>,
-    ) -> ResponseFuture<Resp> {
         ResponseFuture {
             client: self.clone(),
             method,
             state,
+            kept,
+            attempts: 1,
             _response: PhantomData,
+        }
+    }
+
+    /// A future's call of `method` started now, or once connected (connecting is I/O: a call
+    /// that needs it connects off the executor's thread); with the request if it is kept for a
+    /// retry.
+    pub(super) fn start_or_connect<Req, Resp>(
+        &self,
+        method: &'static MethodDescriptor,
+        request: Request<Req>,
+    ) -> (FutureState<Resp, Req>, Option<Request<Req>>)
+    where
+        Req: prost::Message + 'static,
+        Resp: prost::Message + Default + 'static,
+    {
+        match self.inner.wire.get() {
+            Some(Wire::Native(native)) => match native.live_conn() {
+                Some(conn) => {
+                    let started = self.start(native, conn, method, &request, false, None);
+                    keeping(FutureState::Pending(started), request)
+                }
+                None => (self.connect_then_start(method, request), None),
+            },
+            Some(wire) => (self.start_future(wire, method, &request), None),
+            None => (self.connect_then_start(method, request), None),
         }
     }
 
     /// The future of a call that ended before it went out, with `status`.
     #[cold]
-    pub(super) fn failed_call<Resp>(
+    pub(super) fn failed_call<Resp, Req>(
         &self,
         method: &'static MethodDescriptor,
         status: Status,
-    ) -> ResponseFuture<Resp> {
-        self.future(method, FutureState::Failed(Some(status)))
+    ) -> ResponseFuture<Resp, Req> {
+        ResponseFuture {
+            client: self.clone(),
+            method,
+            state: FutureState::Failed(Some(status)),
+            kept: None,
+            attempts: 1,
+            _response: PhantomData,
+        }
     }
 
     /// The state of a future whose call starts now on `wire`.
@@ -519,7 +583,7 @@ impl Client {
         wire: &Wire,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
-    ) -> FutureState<Resp>
+    ) -> FutureState<Resp, Req>
     where
         Req: prost::Message,
         Resp: prost::Message + Default,
@@ -552,7 +616,7 @@ impl Client {
         &self,
         method: &'static MethodDescriptor,
         request: Request<Req>,
-    ) -> FutureState<Resp>
+    ) -> FutureState<Resp, Req>
     where
         Req: prost::Message + 'static,
         Resp: prost::Message + Default + 'static,
@@ -560,9 +624,20 @@ impl Client {
         let client = self.clone();
         FutureState::Connecting(Box::pin(async move {
             match client.wire_async().await {
-                Ok(wire) => client.start_future(wire, method, &request),
-                Err(status) => FutureState::Failed(Some(status)),
+                Ok(wire) => keeping(client.start_future(wire, method, &request), request),
+                Err(status) => (FutureState::Failed(Some(status)), None),
             }
         }))
     }
+}
+
+/// `state` with `request`, kept if it may be made again: a call of our protocol in flight,
+/// whose request is small enough to keep ([`KEEP_FOR_RETRY`]).
+fn keeping<Resp, Req: prost::Message>(
+    state: FutureState<Resp, Req>,
+    request: Request<Req>,
+) -> (FutureState<Resp, Req>, Option<Request<Req>>) {
+    let keep = matches!(state, FutureState::Pending(_))
+        && request.get_ref().encoded_len() <= KEEP_FOR_RETRY;
+    (state, keep.then_some(request))
 }
