@@ -172,7 +172,12 @@ pub(super) enum FutureState<Resp, Req> {
 
 /// Connecting, then starting a call: its state, and the request kept for a retry.
 type Connecting<Resp, Req> =
-    Pin<Box<dyn Future<Output = (FutureState<Resp, Req>, Option<Request<Req>>)> + Send>>;
+    Pin<Box<dyn Future<Output = (FutureState<Resp, Req>, Option<Kept<Req>>)> + Send>>;
+
+/// What a future keeps of its request to make the call again: the message and its metadata
+/// (the timeout comes from the call's deadline, the interceptor ran already). Not the whole
+/// `Request`: the future moves by value, and the smaller the cheaper.
+type Kept<Req> = (Req, MetadataMap);
 
 /// The largest request (encoded) a future keeps while its call is in flight, to make the call
 /// again should its server give it back unprocessed (PROTOCOL.md §14): larger ones are not
@@ -197,9 +202,9 @@ pub struct ResponseFuture<Resp, Req = ()> {
     pub(super) method: &'static MethodDescriptor,
     pub(super) state: FutureState<Resp, Req>,
     /// The request, while a call that may be made again is in flight.
-    pub(super) kept: Option<Request<Req>>,
+    pub(super) kept: Option<Kept<Req>>,
     /// Attempts made so far (see [`MAX_ATTEMPTS`]).
-    pub(super) attempts: u32,
+    pub(super) attempts: u8,
     pub(super) _response: PhantomData<fn() -> Resp>,
 }
 
@@ -246,8 +251,10 @@ where
     /// call is made again (its state replaced) and `true` returned.
     fn makes_again(&mut self, started: Started) -> bool {
         let left = retry_timing(started.deadline);
-        let again = started.cell.was_unprocessed() && self.attempts < MAX_ATTEMPTS;
-        let (Some(mut request), true, Some((_, deadline))) = (self.kept.take(), again, left) else {
+        let again = started.cell.was_unprocessed() && u32::from(self.attempts) < MAX_ATTEMPTS;
+        let (Some((message, metadata)), true, Some((_, deadline))) =
+            (self.kept.take(), again, left)
+        else {
             self.state = FutureState::Pending(started);
             return false;
         };
@@ -256,14 +263,35 @@ where
             method = self.method.path,
             "the server did not process the call; again"
         );
+        let mut request = Request::new(message);
+        *request.metadata_mut() = metadata;
         if let Some(deadline) = deadline {
             // What is left of the first attempt's deadline.
             let left = deadline.saturating_duration_since(Instant::now());
             request.set_timeout(left.max(Duration::from_micros(1)));
         }
         self.attempts += 1;
-        (self.state, self.kept) = self.client.start_or_connect(self.method, request);
+        self.begin(request);
         true
+    }
+
+    /// Starts the call of `request` now, or once connected (connecting is I/O: a call that
+    /// needs it connects off the executor's thread); the request is kept if the call may be
+    /// made again. In place: the future is large to move.
+    fn begin(&mut self, request: Request<Req>) {
+        let client = &self.client;
+        match client.inner.wire.get() {
+            Some(Wire::Native(native)) => match native.live_conn() {
+                Some(conn) => {
+                    let started = client.start(native, conn, self.method, &request, false, None);
+                    self.state = FutureState::Pending(started);
+                    self.kept = kept(request);
+                }
+                None => self.state = client.connect_then_start(self.method, request),
+            },
+            Some(wire) => self.state = client.start_future(wire, self.method, &request),
+            None => self.state = client.connect_then_start(self.method, request),
+        }
     }
 }
 
@@ -521,43 +549,20 @@ impl Client {
         Req: prost::Message + 'static,
         Resp: prost::Message + Default + 'static,
     {
-        let (state, kept) = match self.intercept(request) {
-            Ok(request) => self.start_or_connect(method, request),
-            Err(status) => (FutureState::Failed(Some(status)), None),
+        let request = match self.intercept(request) {
+            Ok(request) => request,
+            Err(status) => return self.failed_call(method, status),
         };
-        ResponseFuture {
+        let mut future = ResponseFuture {
             client: self.clone(),
             method,
-            state,
-            kept,
+            state: FutureState::Done,
+            kept: None,
             attempts: 1,
             _response: PhantomData,
-        }
-    }
-
-    /// A future's call of `method` started now, or once connected (connecting is I/O: a call
-    /// that needs it connects off the executor's thread); with the request if it is kept for a
-    /// retry.
-    pub(super) fn start_or_connect<Req, Resp>(
-        &self,
-        method: &'static MethodDescriptor,
-        request: Request<Req>,
-    ) -> (FutureState<Resp, Req>, Option<Request<Req>>)
-    where
-        Req: prost::Message + 'static,
-        Resp: prost::Message + Default + 'static,
-    {
-        match self.inner.wire.get() {
-            Some(Wire::Native(native)) => match native.live_conn() {
-                Some(conn) => {
-                    let started = self.start(native, conn, method, &request, false, None);
-                    keeping(FutureState::Pending(started), request)
-                }
-                None => (self.connect_then_start(method, request), None),
-            },
-            Some(wire) => (self.start_future(wire, method, &request), None),
-            None => (self.connect_then_start(method, request), None),
-        }
+        };
+        future.begin(request);
+        future
     }
 
     /// The future of a call that ended before it went out, with `status`.
@@ -624,20 +629,26 @@ impl Client {
         let client = self.clone();
         FutureState::Connecting(Box::pin(async move {
             match client.wire_async().await {
-                Ok(wire) => keeping(client.start_future(wire, method, &request), request),
+                Ok(wire) => {
+                    let state = client.start_future(wire, method, &request);
+                    let kept = match state {
+                        FutureState::Pending(_) => kept(request),
+                        _ => None,
+                    };
+                    (state, kept)
+                }
                 Err(status) => (FutureState::Failed(Some(status)), None),
             }
         }))
     }
 }
 
-/// `state` with `request`, kept if it may be made again: a call of our protocol in flight,
-/// whose request is small enough to keep ([`KEEP_FOR_RETRY`]).
-fn keeping<Resp, Req: prost::Message>(
-    state: FutureState<Resp, Req>,
-    request: Request<Req>,
-) -> (FutureState<Resp, Req>, Option<Request<Req>>) {
-    let keep = matches!(state, FutureState::Pending(_))
-        && request.get_ref().encoded_len() <= KEEP_FOR_RETRY;
-    (state, keep.then_some(request))
+/// What a future keeps of `request` while its call of our protocol is in flight, to make it
+/// again: all it needs, if the message is small enough ([`KEEP_FOR_RETRY`]).
+fn kept<Req: prost::Message>(mut request: Request<Req>) -> Option<Kept<Req>> {
+    if request.get_ref().encoded_len() > KEEP_FOR_RETRY {
+        return None;
+    }
+    let metadata = std::mem::take(request.metadata_mut());
+    Some((request.into_inner(), metadata))
 }
