@@ -28,8 +28,8 @@ struct State<T> {
 /// - A waiter is never left behind: it registers under the lock the runner takes to land
 ///   its result, and the runner wakes every waiter after landing (the loom model
 ///   `single_flight_hands_every_waiter_the_result`).
-/// - A result is kept only until the last of the threads that waited took it: a finished
-///   run holds nothing (a connection closed later is not kept alive by it).
+/// - A result is kept only until the last of the threads that waited took it or gave up: a
+///   finished run holds nothing (a connection closed later is not kept alive by it).
 /// - Work that panics lands no result: its waiters return `None`, and the next `run` runs
 ///   the work again.
 ///
@@ -61,8 +61,8 @@ impl<T: Clone> SingleFlight<T> {
     }
 
     /// Runs `work` here, unless another thread is running it: then waits up to `timeout`
-    /// (`None`: for as long as it runs) for that run's result. `None` when the wait timed
-    /// out or the run panicked.
+    /// (`None`: for as long as it runs) for that run's result, or a later run's if one landed
+    /// before this thread woke. `None` when the wait timed out or the run panicked.
     pub fn run(&self, timeout: Option<Duration>, work: impl FnOnce() -> T) -> Option<T> {
         let mut state = self.state.lock();
         if !state.running {
@@ -80,7 +80,8 @@ impl<T: Clone> SingleFlight<T> {
         let run = state.landed;
         state.waiting += 1;
         crate::assert_unlocked("waiting for another thread's run");
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to add is none.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         while state.landed == run {
             match deadline {
                 None => state = self.landed.wait(state),
@@ -93,15 +94,23 @@ impl<T: Clone> SingleFlight<T> {
             }
         }
         state.waiting -= 1;
-        if state.landed == run {
-            // Timed out: the run goes on; its result is for the others.
-            return None;
-        }
-        match state.waiting {
-            // The last waiter takes the result: nothing is kept.
+        let timed_out = state.landed == run;
+        let result = match state.waiting {
+            // The last waiter takes what is kept (a timed-out one: a result kept for waiters
+            // of an earlier run, all gone now), so that nothing is kept.
             0 => state.last.take(),
+            _ if timed_out => None,
             _ => state.last.clone(),
-        }
+        };
+        drop(state);
+        // Timed out: the run goes on, and its result is for the others.
+        result.filter(|_| !timed_out)
+    }
+
+    /// Threads waiting for a run's result now.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.state.lock().waiting
     }
 
     /// Whether no run is going on and no result is kept (a snapshot).
@@ -120,15 +129,18 @@ struct Landing<'a, T> {
 
 impl<T> Drop for Landing<'_, T> {
     fn drop(&mut self) {
-        let waiters = {
+        let (waiters, displaced) = {
             let mut state = self.flight.state.lock();
             state.running = false;
             state.landed = state.landed.wrapping_add(1);
-            if state.waiting > 0 {
-                state.last = self.result.take();
-            }
-            state.waiting > 0
+            // Kept for the waiters only; what an earlier run left for waiters that did not
+            // all wake yet is replaced (they get this run's result).
+            let kept = self.result.take().filter(|_| state.waiting > 0);
+            let displaced = std::mem::replace(&mut state.last, kept);
+            (state.waiting > 0, displaced)
         };
+        // Outside the lock: the last reference to a connection, say, may go with it.
+        drop(displaced);
         if waiters {
             self.flight.landed.notify_all();
         }
@@ -139,25 +151,38 @@ impl<T> Drop for Landing<'_, T> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Barrier};
+    use std::sync::Arc;
+
+    /// Until `flight` has `n` waiters (at most 20 s: a loaded machine).
+    fn until_waiting<T: Clone>(flight: &SingleFlight<T>, n: usize) {
+        let since = Instant::now();
+        while flight.waiting() != n {
+            assert!(
+                since.elapsed() < Duration::from_secs(20),
+                "{n} waiters never came"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 
     #[test]
     fn callers_during_a_run_share_its_result() {
         let flight = Arc::new(SingleFlight::new());
         let runs = Arc::new(AtomicUsize::new(0));
-        let started = Arc::new(Barrier::new(2));
+        let (started_tx, started) = std::sync::mpsc::channel();
         let leader = {
-            let (flight, runs, started) = (flight.clone(), runs.clone(), started.clone());
+            let (flight, runs) = (flight.clone(), runs.clone());
             std::thread::spawn(move || {
-                flight.run(None, || {
-                    started.wait();
-                    // Long enough for the others to find the run going on.
-                    std::thread::sleep(Duration::from_millis(200));
+                let shared = flight.clone();
+                flight.run(None, move || {
+                    started_tx.send(()).unwrap();
+                    // The others find the run going on.
+                    until_waiting(&shared, 4);
                     runs.fetch_add(1, Ordering::SeqCst) + 1
                 })
             })
         };
-        started.wait();
+        started.recv().unwrap();
         let followers: Vec<_> = (0..4)
             .map(|_| {
                 let (flight, runs) = (flight.clone(), runs.clone());
@@ -178,18 +203,21 @@ mod tests {
     #[test]
     fn a_waiter_gives_up_at_its_timeout_and_a_panic_frees_the_next_run() {
         let flight = Arc::new(SingleFlight::<u32>::new());
-        let started = Arc::new(Barrier::new(2));
+        let (started_tx, started) = std::sync::mpsc::channel();
         let leader = {
-            let (flight, started) = (flight.clone(), started.clone());
+            let flight = flight.clone();
             std::thread::spawn(move || {
-                flight.run(None, || {
-                    started.wait();
-                    std::thread::sleep(Duration::from_millis(300));
+                let shared = flight.clone();
+                flight.run(None, move || {
+                    started_tx.send(()).unwrap();
+                    // The waiter came, and gave up.
+                    until_waiting(&shared, 1);
+                    until_waiting(&shared, 0);
                     panic!("the work failed");
                 })
             })
         };
-        started.wait();
+        started.recv().unwrap();
         assert_eq!(flight.run(Some(Duration::from_millis(20)), || 1), None);
         assert!(leader.join().is_err(), "the leader's panic went on");
         assert!(flight.is_idle());

@@ -1111,3 +1111,29 @@ fn single_flight_hands_every_waiter_the_result() {
         assert!(flight.is_idle(), "the result is not kept once taken");
     });
 }
+
+/// A caller that gives up at once (a zero timeout: the timed-out path, which loom's timed
+/// wait does not otherwise take) beside two that wait: those get a result, the one that gave
+/// up none or its own run's, and once all are done nothing is kept.
+#[test]
+fn single_flight_keeps_nothing_after_a_waiter_gives_up() {
+    use rpc_sync::SingleFlight;
+    use std::time::Duration;
+    loom::model(|| {
+        let flight = Arc::new(SingleFlight::new());
+        let patient = {
+            let flight = flight.clone();
+            thread::spawn(move || flight.run(None, || 1u32))
+        };
+        let hasty = {
+            let flight = flight.clone();
+            thread::spawn(move || flight.run(Some(Duration::ZERO), || 2u32))
+        };
+        assert!(flight.run(None, || 3u32).is_some());
+        assert!(patient.join().unwrap().is_some());
+        if let Some(got) = hasty.join().unwrap() {
+            assert!((1..=3).contains(&got));
+        }
+        assert!(flight.is_idle(), "a result kept after every caller left");
+    });
+}

@@ -847,7 +847,7 @@ struct SilentListener {
 }
 
 impl SilentListener {
-    const HOLD: Duration = Duration::from_millis(300);
+    const HOLD: Duration = Duration::from_secs(1);
 
     /// Binds `addr` once the server that had it lets go of it.
     fn bind(addr: &str) -> SilentListener {

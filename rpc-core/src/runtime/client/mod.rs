@@ -33,9 +33,11 @@ pub use unary::ResponseFuture;
 
 // ----- the client --------------------------------------------------------------------
 
-/// How much longer than a connect may take a caller waits for another caller's connect
-/// (the connection's admission and registration after the transport connected).
-const RECONNECT_SLACK: Duration = Duration::from_secs(1);
+/// How much longer than the connect timeout a caller waits for another caller's connect:
+/// the TCP handshake's own deadline ([`crate::transport::tcp::HELLO_DEADLINE`], which starts
+/// once the socket connected) and a second for the connection's admission.
+const RECONNECT_SLACK: Duration =
+    Duration::from_secs(crate::transport::tcp::HELLO_DEADLINE.as_secs() + 1);
 
 /// How long connecting may take unless [`ClientBuilder::connect_timeout`] says otherwise: 20 s.
 ///
@@ -582,7 +584,7 @@ impl Client {
             land
         };
         let landed = land.subscribe();
-        let client = self.clone();
+        let (client, mine) = (self.clone(), landed.clone());
         // Spawned outside the lock; until the thread lands, other futures wait for it.
         let spawned = std::thread::Builder::new()
             .name("rpc-connect".to_string())
@@ -592,21 +594,25 @@ impl Client {
                     Ok(Wire::Grpc(_)) => Ok(()),
                     Err(status) => Err(status),
                 };
-                client.land_connect(&land, result);
+                client.end_connect(&mine);
+                land.send_replace(Some(result));
             });
         if let Err(e) = spawned {
             // The sender went with the closure: the futures waiting see the channel close.
-            self.inner.connecting_for_futures.lock().take();
+            self.end_connect(&landed);
             tracing::warn!(error = %e, "could not start a thread to connect");
         }
         landed
     }
 
-    /// Ends the connect made for futures with `result`: the futures that waited for it get
-    /// it, and the next future that needs a connection starts another.
-    fn land_connect(&self, land: &watch::Sender<Landed>, result: Result<(), Status>) {
-        self.inner.connecting_for_futures.lock().take();
-        land.send_replace(Some(result));
+    /// The connect made for futures whose result lands through `landed` is no longer the
+    /// one under way: the next future that needs a connection starts another. (Only that
+    /// one: a connect started since, after a spawn that failed, stays.)
+    fn end_connect(&self, landed: &watch::Receiver<Landed>) {
+        let mut under_way = self.inner.connecting_for_futures.lock();
+        if under_way.as_ref().is_some_and(|l| l.same_channel(landed)) {
+            *under_way = None;
+        }
     }
 
     /// A lazy client's connecting, one at a time: the first calls made together wait for the
@@ -630,7 +636,9 @@ impl Client {
             Ok(())
         };
         // Connecting may try the native protocol, then gRPC: two connect timeouts.
-        let wait = (2 * self.inner.config.connect_timeout).saturating_add(RECONNECT_SLACK);
+        let wait = (self.inner.config.connect_timeout)
+            .saturating_mul(2)
+            .saturating_add(RECONNECT_SLACK);
         self.inner
             .first_connect
             .run(Some(wait), connect)

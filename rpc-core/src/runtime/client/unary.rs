@@ -95,6 +95,12 @@ fn retry_timing(deadline: Option<Instant>) -> Option<Timing> {
     Some((left_us, Some(deadline)))
 }
 
+/// The status of a call whose deadline passed before it could be made (again).
+#[cold]
+fn deadline_passed(method: &MethodDescriptor) -> Status {
+    Status::deadline_exceeded(format!("{}: no response within the deadline", method.path))
+}
+
 /// A call cell for a new call: a pooled one that nobody holds any more, else a new one.
 pub(super) fn take_cell(cells: &CellPool) -> Arc<CallCell> {
     // The thread's spare first, then two of the pool's. The most recently finished cells may
@@ -252,8 +258,7 @@ where
     fn makes_again(&mut self, started: Started) -> bool {
         let left = retry_timing(started.deadline);
         let again = started.cell.was_unprocessed() && u32::from(self.attempts) < MAX_ATTEMPTS;
-        let (Some((message, metadata)), true, Some((_, deadline))) =
-            (self.kept.take(), again, left)
+        let (Some((message, metadata)), true, Some(timing)) = (self.kept.take(), again, left)
         else {
             self.state = FutureState::Pending(started);
             return false;
@@ -265,32 +270,30 @@ where
         );
         let mut request = Request::new(message);
         *request.metadata_mut() = metadata;
-        if let Some(deadline) = deadline {
-            // What is left of the first attempt's deadline.
-            let left = deadline.saturating_duration_since(Instant::now());
-            request.set_timeout(left.max(Duration::from_micros(1)));
-        }
         self.attempts += 1;
-        self.begin(request);
+        // Within the first attempt's deadline.
+        self.begin(request, Some(timing));
         true
     }
 
     /// Starts the call of `request` now, or once connected (connecting is I/O: a call that
-    /// needs it connects off the executor's thread); the request is kept if the call may be
-    /// made again. In place: the future is large to move.
-    fn begin(&mut self, request: Request<Req>) {
-        let client = &self.client;
+    /// needs it connects off the executor's thread); `again`: the timing of a call made again
+    /// (else the request's). The request is kept if the call may be made again. In place: the
+    /// future is large to move.
+    fn begin(&mut self, request: Request<Req>, again: Option<Timing>) {
+        let (client, method) = (&self.client, self.method);
         match client.inner.wire.get() {
             Some(Wire::Native(native)) => match native.live_conn() {
                 Some(conn) => {
-                    let started = client.start(native, conn, self.method, &request, false, None);
+                    let started =
+                        client.start(native, conn, method, &request, false, again.as_ref());
                     self.state = FutureState::Pending(started);
                     self.kept = kept(request);
                 }
-                None => self.state = client.connect_then_start(self.method, request),
+                None => self.state = client.connect_then_start(method, request, again),
             },
-            Some(wire) => self.state = client.start_future(wire, self.method, &request),
-            None => self.state = client.connect_then_start(self.method, request),
+            Some(wire) => self.state = client.start_future(wire, method, &request, None),
+            None => self.state = client.connect_then_start(method, request, again),
         }
     }
 }
@@ -519,6 +522,13 @@ impl Client {
                 Ok(conn) => conn,
                 Err(status) => return self.finish(Err(status)),
             };
+            // Within the first attempt's deadline, which a reconnect may have used up.
+            if let Some((_, deadline)) = again {
+                match retry_timing(deadline) {
+                    Some(left) => again = Some(left),
+                    None => return self.finish(Err(deadline_passed(method))),
+                }
+            }
             let started = self.start(native, conn, method, &request, true, again.as_ref());
             let result = started.wait(self.inner.config.spin, method);
             // A call its server did not process (it never went out, or a GOODBYE gave it
@@ -561,7 +571,7 @@ impl Client {
             attempts: 1,
             _response: PhantomData,
         };
-        future.begin(request);
+        future.begin(request, None);
         future
     }
 
@@ -582,24 +592,29 @@ impl Client {
         }
     }
 
-    /// The state of a future whose call starts now on `wire`.
+    /// The state of a future whose call starts now on `wire` (`again`: the timing of a call
+    /// made again, else the request's).
     fn start_future<Req, Resp>(
         &self,
         wire: &Wire,
         method: &'static MethodDescriptor,
         request: &Request<Req>,
+        again: Option<&Timing>,
     ) -> FutureState<Resp, Req>
     where
         Req: prost::Message,
         Resp: prost::Message + Default,
     {
         match wire {
-            // After `wire_async`: the connection it made, unless that one is gone already.
-            Wire::Native(native) => match native.conn() {
-                Ok(conn) => {
-                    FutureState::Pending(self.start(native, conn, method, request, false, None))
+            // After `wire_async`: the connection it made, unless that one is gone already
+            // (connecting again here would be I/O on the executor's thread).
+            Wire::Native(native) => match native.live_conn() {
+                Some(conn) => {
+                    FutureState::Pending(self.start(native, conn, method, request, false, again))
                 }
-                Err(status) => FutureState::Failed(Some(status)),
+                None => FutureState::Failed(Some(Status::unavailable(
+                    "not connected: the new connection was lost at once",
+                ))),
             },
             Wire::Grpc(_) => {
                 match self.open_stream_as::<Req, Resp>(method, request, Some(request.get_ref())) {
@@ -621,6 +636,7 @@ impl Client {
         &self,
         method: &'static MethodDescriptor,
         request: Request<Req>,
+        again: Option<Timing>,
     ) -> FutureState<Resp, Req>
     where
         Req: prost::Message + 'static,
@@ -630,7 +646,16 @@ impl Client {
         FutureState::Connecting(Box::pin(async move {
             match client.wire_async().await {
                 Ok(wire) => {
-                    let state = client.start_future(wire, method, &request);
+                    // A call made again goes out only within the first attempt's deadline,
+                    // which the connect may have used up.
+                    let timing = match again.map(|(_, deadline)| retry_timing(deadline)) {
+                        Some(None) => {
+                            let status = deadline_passed(method);
+                            return (FutureState::Failed(Some(status)), None);
+                        }
+                        timing => timing.flatten(),
+                    };
+                    let state = client.start_future(wire, method, &request, timing.as_ref());
                     let kept = match state {
                         FutureState::Pending(_) => kept(request),
                         _ => None,
