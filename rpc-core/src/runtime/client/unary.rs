@@ -95,7 +95,17 @@ fn retry_timing(deadline: Option<Instant>) -> Option<Timing> {
     Some((left_us, Some(deadline)))
 }
 
-/// The status of a call whose deadline passed before it could be made (again).
+/// The timing of a call made again (`again`, from [`retry_timing`]) as it goes out, after
+/// the connect that may have used up its deadline: DEADLINE_EXCEEDED if it did. A first
+/// attempt (`None`) takes the request's timing.
+fn timing_now(again: Option<Timing>, method: &MethodDescriptor) -> Result<Option<Timing>, Status> {
+    match again.map(|(_, deadline)| retry_timing(deadline)) {
+        Some(None) => Err(deadline_passed(method)),
+        timing => Ok(timing.flatten()),
+    }
+}
+
+/// The status of a blocking call or a future whose deadline passed on the client's side.
 #[cold]
 fn deadline_passed(method: &MethodDescriptor) -> Status {
     Status::deadline_exceeded(format!("{}: no response within the deadline", method.path))
@@ -136,10 +146,7 @@ impl Started {
         // came first, this or the reply; either way the outcome lands in the cell.
         self.conn.submit(Work::Cancel {
             caller: Caller::Unary(Arc::clone(&self.cell)),
-            status: Status::deadline_exceeded(format!(
-                "{}: no response within the deadline",
-                method.path
-            )),
+            status: deadline_passed(method),
         });
         self.cell
             .wait(None)
@@ -523,12 +530,10 @@ impl Client {
                 Err(status) => return self.finish(Err(status)),
             };
             // Within the first attempt's deadline, which a reconnect may have used up.
-            if let Some((_, deadline)) = again {
-                match retry_timing(deadline) {
-                    Some(left) => again = Some(left),
-                    None => return self.finish(Err(deadline_passed(method))),
-                }
-            }
+            again = match timing_now(again, method) {
+                Ok(timing) => timing,
+                Err(status) => return self.finish(Err(status)),
+            };
             let started = self.start(native, conn, method, &request, true, again.as_ref());
             let result = started.wait(self.inner.config.spin, method);
             // A call its server did not process (it never went out, or a GOODBYE gave it
@@ -563,16 +568,25 @@ impl Client {
             Ok(request) => request,
             Err(status) => return self.failed_call(method, status),
         };
-        let mut future = ResponseFuture {
+        let mut future = self.future(method, FutureState::Done);
+        future.begin(request, None);
+        future
+    }
+
+    /// The future of a call of `method` in `state`, at its first attempt.
+    fn future<Resp, Req>(
+        &self,
+        method: &'static MethodDescriptor,
+        state: FutureState<Resp, Req>,
+    ) -> ResponseFuture<Resp, Req> {
+        ResponseFuture {
             client: self.clone(),
             method,
-            state: FutureState::Done,
+            state,
             kept: None,
             attempts: 1,
             _response: PhantomData,
-        };
-        future.begin(request, None);
-        future
+        }
     }
 
     /// The future of a call that ended before it went out, with `status`.
@@ -582,14 +596,7 @@ impl Client {
         method: &'static MethodDescriptor,
         status: Status,
     ) -> ResponseFuture<Resp, Req> {
-        ResponseFuture {
-            client: self.clone(),
-            method,
-            state: FutureState::Failed(Some(status)),
-            kept: None,
-            attempts: 1,
-            _response: PhantomData,
-        }
+        self.future(method, FutureState::Failed(Some(status)))
     }
 
     /// The state of a future whose call starts now on `wire` (`again`: the timing of a call
@@ -648,12 +655,9 @@ impl Client {
                 Ok(wire) => {
                     // A call made again goes out only within the first attempt's deadline,
                     // which the connect may have used up.
-                    let timing = match again.map(|(_, deadline)| retry_timing(deadline)) {
-                        Some(None) => {
-                            let status = deadline_passed(method);
-                            return (FutureState::Failed(Some(status)), None);
-                        }
-                        timing => timing.flatten(),
+                    let timing = match timing_now(again, method) {
+                        Ok(timing) => timing,
+                        Err(status) => return (FutureState::Failed(Some(status)), None),
                     };
                     let state = client.start_future(wire, method, &request, timing.as_ref());
                     let kept = match state {
